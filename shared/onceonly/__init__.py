@@ -1,0 +1,27 @@
+"""onceonly: leases with fencing tokens, atomic due queues and a cron guard for
+Lambda functions that run on many concurrent invocations."""
+
+from .api import Claim, Lease, LeaseState, Queue, QueueDepth, Store
+from .connect import connect
+from .errors import (
+    ConfigError,
+    LeaseLostError,
+    OnceOnlyError,
+    StoreNotReadyError,
+    StoreUnavailableError,
+)
+
+__all__ = [
+    "Claim",
+    "ConfigError",
+    "Lease",
+    "LeaseLostError",
+    "LeaseState",
+    "OnceOnlyError",
+    "Queue",
+    "QueueDepth",
+    "Store",
+    "StoreNotReadyError",
+    "StoreUnavailableError",
+    "connect",
+]

@@ -1,0 +1,119 @@
+"""Backend-neutral types: what a store grants and the protocols every backend meets.
+
+Contention is a normal result (``None`` or an empty list); losing a lease is an
+error (:class:`~onceonly.errors.LeaseLostError`) where the caller asked to keep it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A granted lease. ``token`` strictly increases across every grant of ``name``:
+    pass it to your own writes (``... WHERE fence_token < %(token)s``) to fence them."""
+
+    name: str
+    owner: str
+    token: int
+    expires_at: float  # epoch seconds, by the store's clock
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed queue item. ``attempt`` counts every grant of the item (1 on the
+    first claim); ``token`` strictly increases across grants of the same item."""
+
+    queue: str
+    item_id: str
+    payload: Any
+    token: int
+    attempt: int
+    owner: str
+    lease_expires_at: float  # epoch seconds, by the store's clock
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    due: int  # claimable now (including items whose lease expired)
+    scheduled: int  # waiting for their due time
+    in_flight: int  # claimed, lease still running
+
+    @property
+    def total(self) -> int:
+        return self.due + self.scheduled + self.in_flight
+
+
+@runtime_checkable
+class Queue(Protocol):
+    """A due queue: delayed work, claimed atomically in batches, with leases."""
+
+    name: str
+
+    def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
+        """Schedule (or reschedule) ``item_id`` for ``due_at`` (epoch seconds, default now).
+        Rescheduling an item that is in flight takes it from its holder: the holder's
+        ack/retry are then refused."""
+
+    def cancel(self, item_id: str) -> bool:
+        """Remove the item whatever its state. False if it was not there."""
+
+    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
+        """Atomically take up to ``limit`` items that are due or whose lease expired.
+        Concurrent callers always get disjoint sets. Empty list when nothing is due."""
+
+    def ack(self, claim: Claim) -> bool:
+        """Remove the item if ``claim`` still holds it. False if it was re-granted."""
+
+    def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
+        """:meth:`ack` for a batch in one round trip; results in the order given."""
+
+    def retry(self, claim: Claim, due_at: float) -> bool:
+        """Put the item back for ``due_at`` if ``claim`` still holds it, keeping its
+        attempt count. False if it was re-granted."""
+
+    def depth(self) -> QueueDepth:
+        """Counts of due, scheduled and in-flight items."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A coordination store: leases with fencing tokens, and due queues."""
+
+    def setup(self) -> None:
+        """Create the tables/indexes the store needs. Idempotent."""
+
+    def acquire(self, name: str, ttl: float = 30.0) -> Lease | None:
+        """Grant ``name`` for ``ttl`` seconds, or None if it is held or completed."""
+
+    def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
+        """Extend a held lease to now + ``ttl``. Raises LeaseLostError if it was re-granted."""
+
+    def release(self, lease: Lease) -> bool:
+        """Give the name back at once. False if this lease no longer held it."""
+
+    def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+        """Mark ``name`` done: acquire() returns None for ``keep`` seconds. False if
+        this lease no longer held it."""
+
+    def inspect(self, name: str) -> LeaseState | None:
+        """The current record of ``name`` (for status tools), or None if never granted."""
+
+    def queue(self, name: str) -> Queue:
+        """The due queue called ``name`` (created lazily)."""
+
+    def close(self) -> None:
+        """Close the connections the store opened itself."""
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """What the store records for a lease name, for status displays."""
+
+    name: str
+    owner: str | None
+    token: int
+    busy_until: float  # epoch seconds: held or completed until then
+    completed: bool

@@ -1,0 +1,47 @@
+"""Store URLs -> stores. Only the driver of the chosen scheme is imported, so a
+Lambda on Redis never pays for importing psycopg or boto3 (see ENVIRONMENT.md)."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+from .api import Store
+from .errors import ConfigError
+
+SCHEMES = ("postgresql", "postgres", "redis", "rediss", "dynamodb")
+
+
+def connect(url: str) -> Store:
+    """Open a store from a URL:
+
+    - ``postgresql://user@host:5432/db`` (psycopg 3 pool)
+    - ``redis://host:6379/0`` or ``rediss://…`` (redis-py; ``?prefix=`` changes the key prefix)
+    - ``dynamodb://TABLE?region=us-east-1&endpoint_url=http://127.0.0.1:4567&shards=8``
+
+    Raises ConfigError for a malformed URL or unknown scheme. Connections are opened
+    lazily; an unreachable server surfaces as StoreUnavailableError on first use.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"store URL must be a non-empty string, got {url!r}")
+    try:
+        parts = urlsplit(url.strip())
+        options = dict(parse_qsl(parts.query, keep_blank_values=True))
+        parts.port  # noqa: B018 - raises ValueError on a non-numeric port
+    except ValueError as exc:
+        raise ConfigError(f"malformed store URL {url!r}: {exc}") from exc
+    scheme = parts.scheme.lower()
+    if scheme in ("postgresql", "postgres"):
+        from .stores.postgres import PostgresStore
+
+        return PostgresStore.from_url(url)
+    if scheme in ("redis", "rediss"):
+        from .stores.redis import RedisStore
+
+        return RedisStore.from_url(url)
+    if scheme == "dynamodb":
+        from .stores.dynamodb import DynamoDBStore
+
+        if not parts.netloc:
+            raise ConfigError(f"dynamodb URL needs a table name: dynamodb://TABLE?region=…, got {url!r}")
+        return DynamoDBStore.from_url(parts.netloc, options)
+    raise ConfigError(f"unknown store scheme {parts.scheme!r} in {url!r}; expected one of {', '.join(SCHEMES)}")

@@ -1,0 +1,1 @@
+"""Backends. Each module imports only its own driver; connect() picks one lazily."""

@@ -1,0 +1,152 @@
+"""PostgreSQL store: leases and due queues on two tables, every grant one
+statement (see postgres.sql). Times are the server's clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import dict_row
+
+from ..api import Claim, Lease, LeaseState, QueueDepth
+from ..errors import ConfigError, LeaseLostError, StoreNotReadyError, StoreUnavailableError
+from . import _common as common
+from .sqlfile import load_queries
+
+SQL = load_queries(Path(__file__).with_suffix(".sql"))
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Driver errors -> onceonly errors, with the cause kept."""
+    try:
+        yield
+    except psycopg.errors.UndefinedTable as exc:
+        raise StoreNotReadyError(
+            f"PostgreSQL store: table missing during {what}; run store.setup() ({exc.diag.message_primary})"
+        ) from exc
+    except psycopg_pool.PoolTimeout as exc:
+        raise StoreUnavailableError(f"PostgreSQL store unreachable during {what}: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StoreUnavailableError(f"PostgreSQL store error during {what}: {exc}") from exc
+
+
+class PostgresStore:
+    """Leases and queues on PostgreSQL. Pass your own ``psycopg_pool.ConnectionPool``
+    (autocommit connections) or build one with :meth:`from_url`."""
+
+    kind = "postgresql"
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool, *, owns_pool: bool = False) -> None:
+        self._pool = pool
+        self._owns_pool = owns_pool
+
+    @classmethod
+    def from_url(cls, url: str, *, max_size: int = 4, timeout: float = 10.0) -> PostgresStore:
+        try:
+            psycopg.conninfo.conninfo_to_dict(url)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+        pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=0,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+            open=True,
+            name="onceonly",
+        )
+        return cls(pool, owns_pool=True)
+
+    def _run(self, what: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with _translated(what), self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(SQL[what], params)
+            return cur.fetchall() if cur.description else []
+
+    # -- setup ------------------------------------------------------------
+    def setup(self) -> None:
+        with _translated("setup"), self._pool.connection() as conn:
+            # Concurrent setup() calls race on CREATE ... IF NOT EXISTS; a
+            # transaction-scoped advisory lock serialises them.
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('onceonly.setup'))")
+                conn.execute(SQL["setup"])
+
+    def close(self) -> None:
+        if self._owns_pool:
+            self._pool.close()
+
+    # -- leases -------------------------------------------------------------
+    def acquire(self, name: str, ttl: float = 30.0) -> Lease | None:
+        params = {"name": common.check_name(name), "ttl": common.check_seconds(ttl, "ttl"),
+                  "owner": common.new_owner()}
+        rows = self._run("acquire", params)
+        return Lease(**rows[0]) if rows else None
+
+    def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
+        params = {"name": lease.name, "owner": lease.owner, "token": lease.token,
+                  "ttl": common.check_seconds(ttl, "ttl")}
+        rows = self._run("renew", params)
+        if not rows:
+            raise LeaseLostError(f"lease {lease.name!r} token {lease.token} is no longer held")
+        return Lease(**rows[0])
+
+    def release(self, lease: Lease) -> bool:
+        return bool(self._run("release", {"name": lease.name, "owner": lease.owner, "token": lease.token}))
+
+    def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+        params = {"name": lease.name, "owner": lease.owner, "token": lease.token,
+                  "keep": common.check_seconds(keep, "keep")}
+        return bool(self._run("complete", params))
+
+    def inspect(self, name: str) -> LeaseState | None:
+        rows = self._run("inspect", {"name": common.check_name(name)})
+        return LeaseState(**rows[0]) if rows else None
+
+    def queue(self, name: str) -> PostgresQueue:
+        return PostgresQueue(self, common.check_name(name, "queue name"))
+
+
+class PostgresQueue:
+    def __init__(self, store: PostgresStore, name: str) -> None:
+        self._store = store
+        self.name = name
+
+    def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
+        self._store._run("put", {"queue": self.name, "item_id": common.check_name(item_id, "item_id"),
+                                 "payload": common.encode_payload(payload),
+                                 "due_at": common.check_due_at(due_at)})
+
+    def cancel(self, item_id: str) -> bool:
+        return bool(self._store._run("cancel", {"queue": self.name, "item_id": item_id}))
+
+    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
+        params = {"queue": self.name, "owner": common.new_owner(), "limit": common.check_limit(limit),
+                  "lease": common.check_seconds(lease, "lease")}
+        return [Claim(queue=self.name, **row) for row in self._store._run("claim", params)]
+
+    def ack(self, claim: Claim) -> bool:
+        return self.ack_many([claim])[0]
+
+    def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
+        if not claims:
+            return []
+        params = {"queue": self.name, "item_ids": [c.item_id for c in claims],
+                  "tokens": [c.token for c in claims], "owners": [c.owner for c in claims]}
+        deleted = {row["item_id"] for row in self._store._run("ack_many", params)}
+        return [c.item_id in deleted for c in claims]
+
+    def retry(self, claim: Claim, due_at: float) -> bool:
+        due = common.check_due_at(due_at)
+        if due is None:
+            raise ConfigError("retry needs a due_at")
+        params = {"queue": self.name, "item_id": claim.item_id, "token": claim.token,
+                  "owner": claim.owner, "due_at": due}
+        return bool(self._store._run("retry", params))
+
+    def depth(self) -> QueueDepth:
+        return QueueDepth(**self._store._run("depth", {"queue": self.name})[0])

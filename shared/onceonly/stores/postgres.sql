@@ -1,0 +1,121 @@
+-- Queries of the PostgreSQL store. Each statement sits under a "-- name: NAME --"
+-- header and is parsed once at import (stores/sqlfile.py). Every statement that
+-- must be atomic is ONE statement, run in autocommit: one round trip, one
+-- transaction. Times come from the server's clock (clock_timestamp()).
+
+-- name: setup --
+CREATE TABLE IF NOT EXISTS onceonly_leases (
+    name        text PRIMARY KEY,
+    owner       text,
+    token       bigint NOT NULL,
+    busy_until  timestamptz NOT NULL,   -- held until, or completed until
+    completed   boolean NOT NULL DEFAULT false
+);
+CREATE TABLE IF NOT EXISTS onceonly_queue (
+    queue         text NOT NULL,
+    item_id       text NOT NULL,
+    payload       jsonb,
+    claimable_at  timestamptz NOT NULL, -- due time, or lease expiry while in flight
+    token         bigint NOT NULL DEFAULT 0,
+    attempt       integer NOT NULL DEFAULT 0,
+    owner         text,                 -- set while in flight
+    PRIMARY KEY (queue, item_id)
+);
+CREATE INDEX IF NOT EXISTS onceonly_queue_claimable ON onceonly_queue (queue, claimable_at);
+
+-- name: acquire --
+-- In: name, owner, ttl (seconds). Out: the granted row, or no row on contention.
+-- Closes the check-then-set race: the conflict check and the takeover are one
+-- statement, and the row lock serialises concurrent takers. The token survives
+-- release/expiry in the row, so it strictly increases across grants.
+INSERT INTO onceonly_leases AS l (name, owner, token, busy_until, completed)
+VALUES (%(name)s, %(owner)s, 1, clock_timestamp() + make_interval(secs => %(ttl)s), false)
+ON CONFLICT (name) DO UPDATE
+    SET owner = EXCLUDED.owner, token = l.token + 1, busy_until = EXCLUDED.busy_until, completed = false
+    WHERE l.busy_until <= clock_timestamp()
+RETURNING name, owner, token, extract(epoch FROM busy_until)::float8 AS expires_at;
+
+-- name: renew --
+-- In: name, owner, token, ttl. Out: the row, or none if a newer grant exists
+-- (or the lease was completed/released).
+UPDATE onceonly_leases
+   SET busy_until = clock_timestamp() + make_interval(secs => %(ttl)s)
+ WHERE name = %(name)s AND owner = %(owner)s AND token = %(token)s AND NOT completed
+RETURNING name, owner, token, extract(epoch FROM busy_until)::float8 AS expires_at;
+
+-- name: release --
+-- In: name, owner, token. The owner is cleared so that a second release, or a
+-- renew after release, is refused; the token stays for the next grant.
+UPDATE onceonly_leases
+   SET busy_until = clock_timestamp(), owner = NULL
+ WHERE name = %(name)s AND owner = %(owner)s AND token = %(token)s AND NOT completed
+RETURNING token;
+
+-- name: complete --
+-- In: name, owner, token, keep (seconds). Marks the name done for keep seconds.
+UPDATE onceonly_leases
+   SET busy_until = clock_timestamp() + make_interval(secs => %(keep)s), completed = true
+ WHERE name = %(name)s AND owner = %(owner)s AND token = %(token)s AND NOT completed
+RETURNING token;
+
+-- name: inspect --
+SELECT name, owner, token, extract(epoch FROM busy_until)::float8 AS busy_until, completed
+  FROM onceonly_leases WHERE name = %(name)s;
+
+-- name: put --
+-- In: queue, item_id, payload (json text), due_at (epoch seconds or NULL = now).
+-- Rescheduling clears the owner, so a holder's ack/retry is refused afterwards.
+INSERT INTO onceonly_queue AS q (queue, item_id, payload, claimable_at)
+VALUES (%(queue)s, %(item_id)s, %(payload)s::jsonb,
+        COALESCE(to_timestamp(%(due_at)s::float8), clock_timestamp()))
+ON CONFLICT (queue, item_id) DO UPDATE
+    SET payload = EXCLUDED.payload, claimable_at = EXCLUDED.claimable_at, owner = NULL;
+
+-- name: cancel --
+DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RETURNING item_id;
+
+-- name: claim --
+-- In: queue, owner, limit, lease (seconds). Out: the claimed rows.
+-- Takes due items AND items whose lease ran out (claimable_at is the lease
+-- expiry while in flight), so a crashed holder's work comes back by itself.
+-- SKIP LOCKED lets concurrent claimers pass each other's rows instead of
+-- queueing or double-taking them; the row lock re-checks claimable_at on rows
+-- changed since the snapshot. MATERIALIZED keeps the planner from running the
+-- CTE more than once and updating more than LIMIT rows (the Oban lesson).
+WITH due AS MATERIALIZED (
+    SELECT item_id FROM onceonly_queue
+     WHERE queue = %(queue)s AND claimable_at <= clock_timestamp()
+     ORDER BY claimable_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE onceonly_queue q
+   SET token = q.token + 1,
+       attempt = q.attempt + 1,
+       owner = %(owner)s,
+       claimable_at = clock_timestamp() + make_interval(secs => %(lease)s)
+  FROM due
+ WHERE q.queue = %(queue)s AND q.item_id = due.item_id
+RETURNING q.item_id, q.payload, q.token, q.attempt, q.owner,
+          extract(epoch FROM q.claimable_at)::float8 AS lease_expires_at;
+
+-- name: ack_many --
+-- In: queue, item_ids[], tokens[], owners[] (parallel arrays). Out: the item
+-- ids deleted. A claim that was re-granted has another token/owner and stays.
+DELETE FROM onceonly_queue q
+ USING unnest(%(item_ids)s::text[], %(tokens)s::bigint[], %(owners)s::text[]) AS c(item_id, token, owner)
+ WHERE q.queue = %(queue)s AND q.item_id = c.item_id AND q.token = c.token AND q.owner = c.owner
+RETURNING q.item_id;
+
+-- name: retry --
+-- In: queue, item_id, token, owner, due_at. Back to waiting, if still held.
+UPDATE onceonly_queue
+   SET claimable_at = to_timestamp(%(due_at)s::float8), owner = NULL
+ WHERE queue = %(queue)s AND item_id = %(item_id)s AND token = %(token)s AND owner = %(owner)s
+RETURNING item_id;
+
+-- name: depth --
+SELECT count(*) FILTER (WHERE claimable_at <= now())                       AS due,
+       count(*) FILTER (WHERE claimable_at > now() AND owner IS NULL)      AS scheduled,
+       count(*) FILTER (WHERE claimable_at > now() AND owner IS NOT NULL)  AS in_flight
+  FROM onceonly_queue WHERE queue = %(queue)s;

@@ -1,0 +1,79 @@
+"""Real servers for the tests: PostgreSQL and Redis on 127.0.0.1 (or embedded
+ones when they are not running), and dynalite for DynamoDB. A missing server
+fails the tests with a message naming what to install; nothing is skipped."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+import onceonly
+from onceonly_cli.servers import LocalServers, ServerSetupError
+
+# boto3 needs credentials and a region even for a local endpoint; never real ones.
+os.environ.update(
+    AWS_ACCESS_KEY_ID="testing",
+    AWS_SECRET_ACCESS_KEY="testing",
+    AWS_SESSION_TOKEN="testing",
+    AWS_DEFAULT_REGION="us-east-1",
+)
+os.environ.pop("AWS_PROFILE", None)
+
+BACKENDS = ["postgres", "redis", "dynamodb"]
+
+
+@pytest.fixture(scope="session")
+def local_servers() -> Iterator[LocalServers]:
+    servers = LocalServers()
+    yield servers
+    servers.stop()
+
+
+def _or_fail(start):  # type: ignore[no-untyped-def]
+    try:
+        return start()
+    except ServerSetupError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(local_servers: LocalServers) -> str:
+    return _or_fail(lambda: local_servers.postgres(os.environ.get("ONCEONLY_TEST_POSTGRES_URL")))
+
+
+@pytest.fixture(scope="session")
+def redis_url(local_servers: LocalServers) -> str:
+    return _or_fail(lambda: local_servers.redis(os.environ.get("ONCEONLY_TEST_REDIS_URL")))
+
+
+@pytest.fixture(scope="session")
+def dynalite_endpoint(local_servers: LocalServers) -> str:
+    return _or_fail(local_servers.dynalite)
+
+
+@pytest.fixture(scope="session")
+def dynamodb_url(dynalite_endpoint: str) -> str:
+    table = f"onceonly-test-{secrets.token_hex(4)}"
+    return f"dynamodb://{table}?region=us-east-1&endpoint_url={dynalite_endpoint}"
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[onceonly.Store]:
+    s = onceonly.connect(store_url)
+    s.setup()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A fresh name per test, so tests never share lease names or queues."""
+    return f"t-{secrets.token_hex(6)}"

@@ -1,0 +1,136 @@
+"""The due-queue contract, written once, run on every backend."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import onceonly
+
+
+def test_put_claim_ack(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put("a", payload={"n": 1})
+    claims = q.claim(limit=10, lease=30)
+    assert [(c.item_id, c.payload, c.attempt) for c in claims] == [("a", {"n": 1}, 1)]
+    claim = claims[0]
+    assert claim.token >= 1 and claim.lease_expires_at > time.time() + 20
+    assert q.claim(limit=10, lease=30) == []  # in flight: not claimable again
+    assert q.depth() == onceonly.QueueDepth(due=0, scheduled=0, in_flight=1)
+    assert q.ack(claim) is True
+    assert q.ack(claim) is False
+    assert q.depth().total == 0
+
+
+def test_future_items_wait_for_their_time(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put("later", due_at=time.time() + 0.6)
+    q.put("far", due_at=time.time() + 3600)
+    q.put("now")
+    assert q.depth() == onceonly.QueueDepth(due=1, scheduled=2, in_flight=0)
+    assert [c.item_id for c in q.claim(limit=10, lease=30)] == ["now"]
+    time.sleep(0.9)
+    assert [c.item_id for c in q.claim(limit=10, lease=30)] == ["later"]
+
+
+def test_claim_respects_limit_and_due_order(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    now = time.time()
+    for i in range(5):
+        q.put(f"i{i}", due_at=now - 10 + i)
+    first = q.claim(limit=3, lease=30)
+    assert len(first) == 3
+    rest = q.claim(limit=10, lease=30)
+    assert sorted(c.item_id for c in first + rest) == [f"i{i}" for i in range(5)]
+    assert q.claim(limit=10, lease=30) == []
+
+
+def test_expired_claim_is_reclaimed_with_next_attempt(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put("job", payload="p")
+    (stale,) = q.claim(limit=1, lease=0.3)
+    time.sleep(0.6)
+    assert q.depth().due == 1
+    (fresh,) = q.claim(limit=1, lease=30)
+    assert fresh.item_id == "job" and fresh.payload == "p"
+    assert fresh.token > stale.token
+    assert fresh.attempt == stale.attempt + 1
+    # the stale holder is fenced off; the fresh one is not
+    assert q.ack(stale) is False
+    assert q.retry(stale, time.time()) is False
+    assert q.ack(fresh) is True
+
+
+def test_retry_reschedules_and_keeps_attempts(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put("r", payload=[1, 2])
+    (c1,) = q.claim(limit=1, lease=30)
+    assert q.retry(c1, time.time() + 0.4) is True
+    assert q.retry(c1, time.time()) is False  # no longer held after the retry
+    assert q.depth() == onceonly.QueueDepth(due=0, scheduled=1, in_flight=0)
+    assert q.claim(limit=1, lease=30) == []
+    time.sleep(0.6)
+    (c2,) = q.claim(limit=1, lease=30)
+    assert (c2.item_id, c2.payload, c2.attempt) == ("r", [1, 2], 2)
+    assert c2.token > c1.token
+
+
+def test_ack_many_in_order_with_lost_ones(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    for i in range(4):
+        q.put(f"m{i}")
+    claims = sorted(q.claim(limit=10, lease=30), key=lambda c: c.item_id)
+    assert len(claims) == 4
+    assert q.ack(claims[1]) is True  # already acked: lost for ack_many
+    assert q.ack_many(claims) == [True, False, True, True]
+    assert q.ack_many([]) == []
+    assert q.depth().total == 0
+
+
+def test_cancel(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put("c", due_at=time.time() + 60)
+    assert q.cancel("c") is True
+    assert q.cancel("c") is False
+    assert q.depth().total == 0
+
+
+def test_put_reschedules_existing_item_and_fences_holder(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put("x", payload=1)
+    (held,) = q.claim(limit=1, lease=30)
+    q.put("x", payload=2)  # reschedule for now, taking it from the holder
+    assert q.ack(held) is False
+    (again,) = q.claim(limit=1, lease=30)
+    assert again.payload == 2 and again.token > held.token
+
+
+def test_queues_are_separate(store: onceonly.Store, unique: str) -> None:
+    store.queue(unique + "-a").put("same")
+    store.queue(unique + "-b").put("same")
+    assert len(store.queue(unique + "-a").claim(limit=5, lease=30)) == 1
+    assert len(store.queue(unique + "-b").claim(limit=5, lease=30)) == 1
+
+
+def test_empty_queue_claims_nothing(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    assert q.claim(limit=25, lease=30) == []
+    assert q.depth() == onceonly.QueueDepth(0, 0, 0)
+
+
+@pytest.mark.parametrize(("limit", "lease"), [(0, 30), (-1, 30), (1.5, 30), (5, 0), (5, -2)])
+def test_bad_claim_arguments(store: onceonly.Store, unique: str, limit: object, lease: object) -> None:
+    with pytest.raises(onceonly.ConfigError):
+        store.queue(unique).claim(limit=limit, lease=lease)  # type: ignore[arg-type]
+
+
+def test_bad_put_arguments(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    with pytest.raises(onceonly.ConfigError, match="item_id"):
+        q.put("")
+    with pytest.raises(onceonly.ConfigError, match="due_at"):
+        q.put("a", due_at="tomorrow")  # type: ignore[arg-type]
+    with pytest.raises(onceonly.ConfigError, match="JSON"):
+        q.put("a", payload=object())
+    assert q.depth().total == 0
