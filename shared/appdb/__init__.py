@@ -1,3 +1,2 @@
-"""The domain database (PostgreSQL) shared by the webhook and scheduled-job
-functions: settings, connections and plain-SQL migrations. Knows nothing of
-the coordination store."""
+"""What the webhook and scheduled-job functions share: settings, the clients
+built once per container, and the domain database's plain-SQL migrations."""
