@@ -1,0 +1,19 @@
+-- acquire: grant a lease name if it is free.
+-- KEYS[1]  the lease hash {prefix}:{lease:NAME} (fields owner, token, busy_until ms, completed)
+-- ARGV[1]  owner: a random id for this grant
+-- ARGV[2]  ttl in milliseconds (integer > 0)
+-- Returns  {token, expires_at_ms} when granted; nil when held or completed.
+-- Race closed: check-then-set. The busy check and the takeover run as one
+-- script, so two callers can never both see the name free. The record is never
+-- deleted or expired, so HINCRBY makes the token strictly increase across every
+-- grant, including after release and expiry. The clock is the server's (TIME).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local busy_until = tonumber(redis.call('HGET', KEYS[1], 'busy_until'))
+if busy_until and busy_until > now then
+    return nil
+end
+local expires_at = now + tonumber(ARGV[2])
+local token = redis.call('HINCRBY', KEYS[1], 'token', 1)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'busy_until', expires_at, 'completed', 0)
+return {token, expires_at}
