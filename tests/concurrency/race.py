@@ -1,0 +1,62 @@
+"""Run worker functions in several OS processes released together by one
+barrier. Each worker opens its own store connection after start and writes
+its history to its own append-only JSON-lines file; the test reads the files
+afterwards. No shared counters: the history is the evidence."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CTX = multiprocessing.get_context("spawn")  # no inherited sockets or pool threads
+
+
+class History:
+    """An append-only log of one worker, flushed line by line so that a
+    SIGKILLed worker's history survives up to its last event."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("a", encoding="utf-8")
+
+    def write(self, **event: Any) -> None:
+        self._file.write(json.dumps(event) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_histories(directory: Path) -> list[dict[str, Any]]:
+    events = []
+    for path in sorted(directory.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            events.append(json.loads(line))
+    return events
+
+
+def run_workers(
+    target: Callable[..., None], count: int, history_dir: Path, *args: Any, timeout: float = 120.0
+) -> list[dict[str, Any]]:
+    """Start ``count`` processes of ``target(worker_no, barrier, history_path, *args)``,
+    wait for all, fail if any crashed, and return every history event."""
+    history_dir.mkdir(parents=True, exist_ok=True)
+    barrier = CTX.Barrier(count)
+    procs = [
+        CTX.Process(target=target, args=(n, barrier, history_dir / f"worker-{n}.jsonl", *args))
+        for n in range(count)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout)
+    alive = [p for p in procs if p.is_alive()]
+    for proc in alive:
+        proc.kill()
+        proc.join()
+    assert not alive, f"{len(alive)} workers did not finish within {timeout}s"
+    codes = [p.exitcode for p in procs]
+    assert codes == [0] * count, f"worker exit codes {codes}"
+    return read_histories(history_dir)

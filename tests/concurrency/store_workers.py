@@ -1,0 +1,110 @@
+"""Worker bodies for the store races (run in spawned processes)."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import onceonly
+
+from .race import History
+
+
+def _start(barrier: Any, url: str) -> onceonly.Store:
+    store = onceonly.connect(url)  # own connection, opened after start
+    barrier.wait(timeout=60)
+    return store
+
+
+def acquire_each_once(n: int, barrier: Any, path: Path, url: str, names: list[str]) -> None:
+    """Every worker tries every name once, in its own order, with a long ttl."""
+    history = History(path)
+    store = _start(barrier, url)
+    order = names[:]
+    random.Random(n).shuffle(order)
+    for name in order:
+        lease = store.acquire(name, ttl=60)
+        if lease is not None:
+            history.write(worker=n, name=name, token=lease.token, owner=lease.owner)
+    store.close()
+    history.close()
+
+
+def hold_hot_names(n: int, barrier: Any, path: Path, url: str, names: list[str], rounds: int) -> None:
+    """Acquire/hold/release a few hot names many times; record each holding."""
+    history = History(path)
+    store = _start(barrier, url)
+    rng = random.Random(n)
+    for _ in range(rounds):
+        lease = store.acquire(rng.choice(names), ttl=30)
+        if lease is None:
+            continue
+        start = time.time()
+        time.sleep(rng.uniform(0, 0.01))
+        end = time.time()
+        released = store.release(lease)
+        history.write(worker=n, name=lease.name, token=lease.token, start=start, end=end, released=released)
+    store.close()
+    history.close()
+
+
+def drain_queue(n: int, barrier: Any, path: Path, url: str, queue: str, batch: int) -> None:
+    """Claim batches until the queue stays empty, ack each batch at once."""
+    history = History(path)
+    store = _start(barrier, url)
+    q = store.queue(queue)
+    empty_in_a_row = 0
+    while empty_in_a_row < 3:
+        claims = q.claim(limit=batch, lease=60)
+        if not claims:
+            empty_in_a_row += 1
+            time.sleep(0.05)
+            continue
+        empty_in_a_row = 0
+        for claim in claims:
+            history.write(event="claim", worker=n, item=claim.item_id, token=claim.token)
+        for claim, acked in zip(claims, q.ack_many(claims), strict=True):
+            history.write(event="ack", worker=n, item=claim.item_id, token=claim.token, ok=acked)
+    store.close()
+    history.close()
+
+
+def work_with_stalls(
+    n: int, barrier: Any, path: Path, url: str, queue: str, lease: float, deadline: float
+) -> None:
+    """Claim with a short lease; sometimes stall past it before acking, so
+    that others reclaim the item and this worker's ack becomes stale."""
+    history = History(path)
+    store = _start(barrier, url)
+    q = store.queue(queue)
+    rng = random.Random(n)
+    while time.time() < deadline:
+        claims = q.claim(limit=3, lease=lease)
+        if not claims:
+            if q.depth().total == 0:
+                break
+            time.sleep(0.05)
+            continue
+        for claim in claims:
+            history.write(event="claim", worker=n, item=claim.item_id, token=claim.token, attempt=claim.attempt)
+        if rng.random() < 0.3:
+            time.sleep(lease * 2.5)  # a pause: the lease runs out meanwhile
+        for claim in claims:
+            ok = q.ack(claim)
+            history.write(event="ack", worker=n, item=claim.item_id, token=claim.token, ok=ok)
+    store.close()
+    history.close()
+
+
+def hold_and_hang(n: int, barrier: Any, path: Path, url: str, lease_name: str, queue: str, ttl: float) -> None:
+    """Take a lease and a queue item, record them, then hang until SIGKILLed."""
+    history = History(path)
+    store = _start(barrier, url)
+    lease = store.acquire(lease_name, ttl=ttl)
+    (claim,) = store.queue(queue).claim(limit=1, lease=ttl)
+    assert lease is not None
+    history.write(lease_token=lease.token, claim_token=claim.token, attempt=claim.attempt)
+    while True:  # mid-lease: the test kills us here
+        time.sleep(1)

@@ -1,0 +1,104 @@
+"""Multi-process races on every backend (real PostgreSQL, Redis, dynalite):
+8 processes, one barrier, histories checked afterwards."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import onceonly
+
+from . import store_workers
+from .race import run_workers
+
+pytestmark = pytest.mark.concurrency
+WORKERS = 8
+
+
+@pytest.fixture
+def ready_url(store_url: str) -> str:
+    store = onceonly.connect(store_url)
+    store.setup()
+    store.close()
+    return store_url
+
+
+def test_each_name_is_granted_once(ready_url: str, unique: str, tmp_path: Path) -> None:
+    names = [f"{unique}-{i}" for i in range(40)]
+    history = run_workers(store_workers.acquire_each_once, WORKERS, tmp_path, ready_url, names)
+    granted = defaultdict(list)
+    for event in history:
+        granted[event["name"]].append(event)
+    doubles = {name: grants for name, grants in granted.items() if len(grants) > 1}
+    assert not doubles, f"names granted to two holders: {doubles}"
+    assert sorted(granted) == sorted(names), "some name was never granted"
+    assert {g[0]["token"] for g in granted.values()} == {1}
+
+
+def test_hot_names_are_never_held_twice_at_once(ready_url: str, unique: str, tmp_path: Path) -> None:
+    names = [f"{unique}-hot-{i}" for i in range(3)]
+    history = run_workers(store_workers.hold_hot_names, WORKERS, tmp_path, ready_url, names, 40)
+    assert len(history) >= 10, "too few grants to say anything"
+    assert all(event["released"] for event in history), "a holder's release was refused"
+    by_name = defaultdict(list)
+    for event in history:
+        by_name[event["name"]].append(event)
+    for name, holdings in by_name.items():
+        tokens = [h["token"] for h in holdings]
+        assert len(tokens) == len(set(tokens)), f"{name}: a token was granted twice"
+        ordered = sorted(holdings, key=lambda h: h["token"])
+        for earlier, later in zip(ordered, ordered[1:]):
+            # a later token is granted only after the earlier holder released
+            assert later["start"] >= earlier["end"], f"{name}: tokens {earlier['token']} and {later['token']} overlap"
+
+
+def test_concurrent_claims_are_disjoint_and_complete(ready_url: str, unique: str, tmp_path: Path) -> None:
+    queue = onceonly.connect(ready_url).queue(unique)
+    items = [f"item-{i:04d}" for i in range(240)]
+    for item in items:
+        queue.put(item, payload={"i": item})
+    history = run_workers(store_workers.drain_queue, WORKERS, tmp_path, ready_url, unique, 10)
+    claims = [e for e in history if e["event"] == "claim"]
+    acks = [e for e in history if e["event"] == "ack"]
+    claimed = defaultdict(list)
+    for c in claims:
+        claimed[c["item"]].append(c["worker"])
+    assert {i: w for i, w in claimed.items() if len(w) > 1} == {}, "an item went to two claimers"
+    assert sorted(claimed) == items, "an item was lost"
+    assert all(a["ok"] for a in acks) and len(acks) == len(items)
+    assert len({c["worker"] for c in claims}) > 1, "only one worker ever won: no race happened"
+    assert queue.depth().total == 0
+
+
+def test_stale_holders_are_refused_under_reclaim(ready_url: str, unique: str, tmp_path: Path) -> None:
+    queue = onceonly.connect(ready_url).queue(unique)
+    items = [f"job-{i:03d}" for i in range(40)]
+    for item in items:
+        queue.put(item)
+    deadline = time.time() + 90
+    history = run_workers(
+        store_workers.work_with_stalls, WORKERS, tmp_path, ready_url, unique, 0.6, deadline
+    )
+    grants = defaultdict(list)
+    for e in history:
+        if e["event"] == "claim":
+            grants[e["item"]].append(e["token"])
+    successful_acks = defaultdict(list)
+    for e in history:
+        if e["event"] != "ack":
+            continue
+        newest = max(grants[e["item"]])
+        if e["token"] < newest:
+            assert not e["ok"], f"stale ack of {e['item']} (token {e['token']} < {newest}) was accepted"
+        if e["ok"]:
+            successful_acks[e["item"]].append(e["token"])
+    for item, tokens in grants.items():
+        assert len(tokens) == len(set(tokens)), f"{item}: token granted twice"
+    assert sorted(successful_acks) == items, "an item was never acked (lost)"
+    assert all(len(t) == 1 for t in successful_acks.values()), "an item was acked twice"
+    refused = [e for e in history if e["event"] == "ack" and not e["ok"]]
+    assert refused, "no stale ack happened: the test did not exercise reclaim"
+    assert queue.depth().total == 0
