@@ -1,0 +1,77 @@
+"""The SAM template validates (sam validate, with and without --lint) and
+builds without a container. The SAM CLI lives in its own venv (scripts/test
+installs it to .venv-sam) because it pins boto3, click and requests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sam() -> str:
+    candidates = [os.environ.get("ONCEONLY_SAM"), str(REPO / ".venv-sam" / "bin" / "sam"), shutil.which("sam")]
+    for candidate in candidates:
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.fail("the SAM CLI is missing: run scripts/test (it installs aws-sam-cli into .venv-sam)", pytrace=False)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+               SAM_CLI_TELEMETRY="0")
+    # sam build for python3.13 needs that interpreter on PATH; pyenv shims find it this way.
+    env.setdefault("PYENV_VERSION", "3.11.7:3.12.1:3.13.0")
+    return env
+
+
+def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_sam(), *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """Reads CloudFormation short-form tags (!Ref, !Sub, …) as plain values."""
+
+
+_CfnLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def _template() -> dict:
+    return yaml.load((REPO / "template.yaml").read_text(), Loader=_CfnLoader)  # noqa: S506
+
+
+@pytest.mark.parametrize("lint", [False, True], ids=["validate", "validate-lint"])
+def test_sam_validate(lint: bool) -> None:
+    result = _run("validate", *(["--lint"] if lint else []))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_sam_build(tmp_path: Path) -> None:
+    result = _run("build", "--build-dir", str(tmp_path / "build"), "--cache-dir", str(tmp_path / "cache"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    layer = tmp_path / "build" / "OnceOnlyLayer" / "python"
+    assert (layer / "onceonly" / "__init__.py").exists()
+    assert (layer / "onceonly" / "stores" / "postgres.sql").exists()
+    assert (layer / "psycopg").is_dir() and (layer / "redis").is_dir()
+    # the local tooling never ships in the layer
+    assert not (layer / "onceonly_cli").exists() and not (layer / "rich").exists()
+
+
+def test_layer_is_python313_and_every_function_uses_it() -> None:
+    template = _template()
+    layer = template["Resources"]["OnceOnlyLayer"]
+    assert layer["Properties"]["ContentUri"] == "shared/"
+    assert layer["Metadata"]["BuildMethod"] == "python3.13"
+    assert template["Globals"]["Function"]["Runtime"] == "python3.13"
+    functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
+    for function in functions:
+        code = REPO / function["Properties"]["CodeUri"]
+        module = function["Properties"]["Handler"].rsplit(".", 1)[0]
+        assert (code / f"{module}.py").exists(), f"{code} has no {module}.py"
