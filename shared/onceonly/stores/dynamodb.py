@@ -1,0 +1,685 @@
+"""DynamoDB store: leases and due queues in one table, every grant ONE conditional
+write. DynamoDB serialises writes to an item, so a condition checked and a value
+set in the same UpdateItem cannot be interleaved by another writer.
+
+Table (template.yaml's CoordinationTable; :meth:`DynamoDBStore.setup` creates it):
+hash key ``pk`` (S), GSI ``due`` on ``qshard`` (S) + ``claimable_at`` (N),
+projection ALL, PAY_PER_REQUEST.
+
+- A lease is the item ``lease#NAME``: owner, token, busy_until, completed.
+  Records are never deleted, so the token strictly increases across grants.
+- A queue item is ``q#QUEUE#ITEM_ID`` with ONE "claimable at" time, the sort key
+  of the ``due`` GSI: its due time while waiting, its lease expiry while in flight.
+  A crashed holder's item is claimable again once its lease runs out. The GSI's
+  hash key ``qshard`` = ``QUEUE#k`` (k = crc32(item_id) % shards) spreads a busy
+  queue over partitions; claim walks the shards from a random one.
+
+Assumptions worth knowing:
+
+- Clock. DynamoDB has no server clock, so times come from the client
+  (``time.time()``). Two invocations agree on "now" only up to their clock skew,
+  so leases must be much longer than that skew. Lambda hosts are NTP-synced,
+  typically well under a second apart; a lease of seconds to minutes is safe.
+  Fencing does not depend on clocks: every write checks owner AND token.
+- Eventual consistency. GSI queries are eventually consistent: an item just put
+  may take a moment to become claimable, and one just claimed may still be
+  listed (its conditional claim write then fails, and it is skipped).
+  depth() is an estimate for the same reason.
+- Shards. Every process using a queue must use the same ``shards``: items in
+  shards a reader does not walk are never claimed by it.
+- Retries. botocore retries a write whose response was lost; if the first try
+  had been applied, the retry's condition fails and the call reports contention
+  (None / False) for a grant that did happen. The item or lease then comes back
+  when its lease runs out: nothing is granted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoRegionError,
+    ReadTimeoutError,
+)
+
+from ..api import Claim, Lease, LeaseState, QueueDepth
+from ..errors import ConfigError, LeaseLostError, OnceOnlyError, StoreNotReadyError, StoreUnavailableError
+from . import _common as common
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SHARDS = 8
+MAX_SHARDS = 64  # claim and depth walk every shard: more would cost too many queries
+URL_OPTIONS = ("region", "endpoint_url", "shards")
+INDEX_NAME = "due"
+# Conditional claim/ack writes issued at once; the HTTP pool is sized above it.
+MAX_CONCURRENT_WRITES = 16
+TABLE_NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
+LEASE_PREFIX = "lease#"
+QUEUE_PREFIX = "q#"
+
+# -- lease expressions -------------------------------------------------------
+# acquire: grant the name if it was never granted or its time ran out (expired,
+# released, or completed and kept long enough). Closes the check-then-set race:
+# the check and the takeover are one conditional write. The token survives in
+# the record (if_not_exists starts it at 0), so it strictly increases.
+LEASE_IS_FREE = "attribute_not_exists(#pk) OR #busy_until <= :now"
+GRANT_LEASE = (
+    "SET #owner = :owner, #token = if_not_exists(#token, :zero) + :one,"
+    " #busy_until = :until, #completed = :false"
+)
+# renew/release/complete: only the current grant may write. A stale holder
+# (expired and re-granted: another token) or a released one (owner cleared) or
+# a completed one is refused, so it cannot extend or end someone else's lease.
+LEASE_IS_HELD_BY_CALLER = "#owner = :owner AND #token = :token AND #completed = :false"
+EXTEND_LEASE = "SET #busy_until = :until"
+RELEASE_LEASE = "SET #busy_until = :now REMOVE #owner"
+COMPLETE_LEASE = "SET #busy_until = :until, #completed = :true"
+
+# -- queue expressions -------------------------------------------------------
+# put: unconditional upsert. Removing the owner takes an in-flight item from its
+# holder, whose ack/retry are then refused; token and attempt survive.
+PUT_ITEM = (
+    "SET #payload = :payload, #claimable_at = :due, #qshard = :qshard, #queue = :queue,"
+    " #item_id = :item_id, #token = if_not_exists(#token, :zero),"
+    " #attempt = if_not_exists(#attempt, :zero) REMOVE #owner"
+)
+DUE_IN_SHARD = "#qshard = :qshard AND #claimable_at <= :now"
+NOT_DUE_IN_SHARD = "#qshard = :qshard AND #claimable_at > :now"
+HAS_OWNER = "attribute_exists(#owner)"
+# claim: the GSI listing may be stale and other claimers read the same listing.
+# This condition makes concurrent claimers disjoint: the first write moves
+# claimable_at to now + lease, so every later write on that item fails it.
+# attribute_exists stops a claim from recreating an item acked or cancelled
+# since the listing.
+ITEM_IS_CLAIMABLE = "attribute_exists(#pk) AND #claimable_at <= :now"
+GRANT_ITEM = (
+    "SET #token = #token + :one, #attempt = #attempt + :one,"
+    " #owner = :owner, #claimable_at = :until"
+)
+# ack/retry: only the current grant may finish the item. A re-granted item has
+# a higher token; a rescheduled (put) or retried one has no owner.
+ITEM_IS_HELD_BY_CALLER = "#token = :token AND #owner = :owner"
+RESCHEDULE_ITEM = "SET #claimable_at = :due REMOVE #owner"
+
+_ALIAS = re.compile(r"#(\w+)")
+_T = TypeVar("_T")
+_A = TypeVar("_A")
+
+
+def _names(*expressions: str) -> dict[str, str]:
+    """ExpressionAttributeNames for exactly the #aliases the expressions use:
+    every attribute is aliased (owner, token, queue... may be reserved words), and
+    DynamoDB rejects aliases an expression does not use."""
+    return {f"#{name}": name for name in _ALIAS.findall(" ".join(expressions))}
+
+
+def _epoch(seconds: float) -> dict[str, str]:
+    return {"N": f"{seconds:.3f}"}  # ms precision, the value read back is the value written
+
+
+def _int(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def _str(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+_ZERO, _ONE = _int(0), _int(1)
+_FALSE, _TRUE = {"BOOL": False}, {"BOOL": True}
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _lease_key(name: str) -> dict[str, dict[str, str]]:
+    return {"pk": _str(LEASE_PREFIX + name)}
+
+
+def _item_key(queue: str, item_id: str) -> dict[str, dict[str, str]]:
+    # The queue part is escaped so that queue "a#b" + item "c" and queue "a" +
+    # item "b#c" cannot share a key: the first unescaped "#" ends the queue.
+    return {"pk": _str(f"{QUEUE_PREFIX}{quote(queue, safe='')}#{item_id}")}
+
+
+def _qshard(queue: str, item_id: str, shards: int) -> str:
+    # crc32, not hash(): stable across processes and Python versions.
+    return f"{queue}#{zlib.crc32(item_id.encode('utf-8')) % shards}"
+
+
+def _check_shards(value: object) -> int:
+    try:
+        shards = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    except ValueError:
+        shards = None
+    if shards is None or not 1 <= shards <= MAX_SHARDS:
+        raise ConfigError(f"dynamodb option shards must be an integer from 1 to {MAX_SHARDS}, got {value!r}")
+    return shards
+
+
+def _check_table(table: object) -> str:
+    if not isinstance(table, str) or not TABLE_NAME.match(table):
+        raise ConfigError(
+            f"dynamodb table name must be 3-255 characters of A-Z a-z 0-9 _ . -, got {table!r}"
+        )
+    return table
+
+
+def _check_endpoint(endpoint_url: str) -> str:
+    parts = urlsplit(endpoint_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"dynamodb option endpoint_url must be an http(s) URL, got {endpoint_url!r}")
+    return endpoint_url
+
+
+def _client_config() -> Config:
+    return Config(
+        connect_timeout=3,
+        read_timeout=5,
+        retries={"mode": "standard", "max_attempts": 3},
+        max_pool_connections=2 * MAX_CONCURRENT_WRITES,
+    )
+
+
+@dataclass(frozen=True)
+class _ClaimRound:
+    """What every conditional claim write of one claim() call shares."""
+
+    owner: str
+    now: float
+    until: float
+
+
+class DynamoDBStore:
+    """Leases and queues on one DynamoDB table. Pass your own boto3 DynamoDB
+    client (built once per warm container) or build one with :meth:`from_url`.
+    Raises StoreNotReadyError when the table is missing, StoreUnavailableError
+    when DynamoDB cannot be reached or answers with an error."""
+
+    kind = "dynamodb"
+
+    def __init__(
+        self, client: Any, table: str, shards: int = DEFAULT_SHARDS, *, owns_client: bool = False
+    ) -> None:
+        self._client = client
+        self.table = _check_table(table)
+        self.shards = _check_shards(shards)
+        self._owns_client = owns_client
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, table: str, options: Mapping[str, str]) -> DynamoDBStore:
+        """Build the store for ``dynamodb://TABLE?region=…&endpoint_url=…&shards=8``;
+        ``options`` are the URL's query parameters. Raises ConfigError for an
+        unknown or bad option, or when no region is given or configured."""
+        unknown = sorted(set(options) - set(URL_OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"unknown dynamodb option(s) {', '.join(unknown)}; expected {', '.join(URL_OPTIONS)}"
+            )
+        region = options.get("region")
+        if region is not None and not region.strip():
+            raise ConfigError("dynamodb option region must not be empty")
+        endpoint_url = options.get("endpoint_url")
+        if endpoint_url is not None:
+            endpoint_url = _check_endpoint(endpoint_url)
+        shards = _check_shards(options.get("shards", DEFAULT_SHARDS))
+        table = _check_table(table)
+        try:
+            client = boto3.session.Session().client(
+                "dynamodb", region_name=region, endpoint_url=endpoint_url, config=_client_config()
+            )
+        except NoRegionError as exc:
+            raise ConfigError(
+                "dynamodb store needs a region: add ?region=… to the URL or set AWS_DEFAULT_REGION"
+            ) from exc
+        except BotoCoreError as exc:
+            raise ConfigError(f"cannot build a DynamoDB client: {exc}") from exc
+        return cls(client, table, shards, owns_client=True)
+
+    # -- calls and error translation ------------------------------------------
+    def _translate(self, what: str, exc: Exception) -> OnceOnlyError:
+        """A botocore error -> the onceonly error the caller sees."""
+        if isinstance(exc, ClientError):
+            code = _error_code(exc)
+            message = exc.response.get("Error", {}).get("Message", "")
+            if code == "ResourceNotFoundException" or (
+                code == "ValidationException" and "index" in message.lower()
+            ):
+                return StoreNotReadyError(
+                    f"DynamoDB table {self.table!r} or its {INDEX_NAME!r} index is missing during {what};"
+                    f" run store.setup() or deploy the template's CoordinationTable ({code}: {message})"
+                )
+            return StoreUnavailableError(
+                f"DynamoDB error during {what} on table {self.table!r}: {code}: {message}"
+            )
+        if isinstance(exc, NoRegionError):
+            return ConfigError(f"dynamodb store needs a region (during {what}): {exc}")
+        if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError)):
+            return StoreUnavailableError(f"DynamoDB unreachable during {what}: {exc}")
+        return StoreUnavailableError(f"DynamoDB error during {what} on table {self.table!r}: {exc}")
+
+    def _call(self, what: str, operation: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response: dict[str, Any] = getattr(self._client, operation)(TableName=self.table, **kwargs)
+            return response
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(what, exc) from exc
+
+    def _conditional(self, what: str, operation: str, **kwargs: Any) -> dict[str, Any] | None:
+        """A conditional write: its response, or None when the condition failed
+        (contention or a stale holder: a normal result, not an error)."""
+        try:
+            response: dict[str, Any] = getattr(self._client, operation)(TableName=self.table, **kwargs)
+            return response
+        except ClientError as exc:
+            if _error_code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise self._translate(what, exc) from exc
+        except BotoCoreError as exc:
+            raise self._translate(what, exc) from exc
+
+    def _concurrently(self, fn: Callable[[_A], _T], args: Sequence[_A]) -> list[_T | OnceOnlyError]:
+        """fn over args on the store's thread pool, results in input order; an
+        onceonly error is returned in its slot so one failure does not hide the
+        writes that succeeded."""
+        if len(args) <= 1:
+            return [self._outcome(fn, arg) for arg in args]
+        futures = [self._pool().submit(self._outcome, fn, arg) for arg in args]
+        return [future.result() for future in futures]
+
+    @staticmethod
+    def _outcome(fn: Callable[[_A], _T], arg: _A) -> _T | OnceOnlyError:
+        try:
+            return fn(arg)
+        except OnceOnlyError as exc:
+            return exc
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(MAX_CONCURRENT_WRITES, thread_name_prefix="onceonly-ddb")
+            return self._executor
+
+    # -- setup ------------------------------------------------------------
+    def setup(self) -> None:
+        """Create the table and its ``due`` GSI if missing, and wait until they
+        are ACTIVE. Idempotent, and safe when several processes call it at once."""
+        table = self._describe_table()
+        if table is None:
+            self._create_table()
+            table = self._wait_until_active()
+        elif table.get("TableStatus") != "ACTIVE":
+            table = self._wait_until_active()
+        indexes = {index["IndexName"] for index in table.get("GlobalSecondaryIndexes", [])}
+        if INDEX_NAME not in indexes:
+            raise StoreNotReadyError(
+                f"DynamoDB table {self.table!r} exists without the {INDEX_NAME!r} GSI"
+                f" (hash qshard S, range claimable_at N, projection ALL): recreate it or add the index"
+            )
+
+    def _describe_table(self) -> dict[str, Any] | None:
+        try:
+            table: dict[str, Any] = self._client.describe_table(TableName=self.table)["Table"]
+            return table
+        except ClientError as exc:
+            if _error_code(exc) == "ResourceNotFoundException":
+                return None
+            raise self._translate("setup", exc) from exc
+        except BotoCoreError as exc:
+            raise self._translate("setup", exc) from exc
+
+    def _create_table(self) -> None:
+        try:
+            self._client.create_table(
+                TableName=self.table,
+                BillingMode="PAY_PER_REQUEST",
+                AttributeDefinitions=[
+                    {"AttributeName": "pk", "AttributeType": "S"},
+                    {"AttributeName": "qshard", "AttributeType": "S"},
+                    {"AttributeName": "claimable_at", "AttributeType": "N"},
+                ],
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                GlobalSecondaryIndexes=[{
+                    "IndexName": INDEX_NAME,
+                    "KeySchema": [
+                        {"AttributeName": "qshard", "KeyType": "HASH"},
+                        {"AttributeName": "claimable_at", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }],
+            )
+        except ClientError as exc:
+            # Another process's setup() created it first: wait for theirs.
+            if _error_code(exc) != "ResourceInUseException":
+                raise self._translate("setup", exc) from exc
+        except BotoCoreError as exc:
+            raise self._translate("setup", exc) from exc
+
+    def _wait_until_active(self) -> dict[str, Any]:
+        try:
+            self._client.get_waiter("table_exists").wait(
+                TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
+            )
+        except BotoCoreError as exc:  # WaiterError included
+            raise self._translate("setup (waiting for the table)", exc) from exc
+        table = self._describe_table()
+        if table is None:
+            raise StoreNotReadyError(f"DynamoDB table {self.table!r} vanished during setup()")
+        return table
+
+    def close(self) -> None:
+        with self._executor_lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+        if self._owns_client:
+            self._client.close()
+
+    # -- leases -------------------------------------------------------------
+    def acquire(self, name: str, ttl: float = 30.0) -> Lease | None:
+        name, ttl = common.check_name(name), common.check_seconds(ttl, "ttl")
+        now = time.time()
+        response = self._conditional(
+            "acquire", "update_item",
+            Key=_lease_key(name),
+            ConditionExpression=LEASE_IS_FREE,
+            UpdateExpression=GRANT_LEASE,
+            ExpressionAttributeNames=_names(LEASE_IS_FREE, GRANT_LEASE),
+            ExpressionAttributeValues={
+                ":now": _epoch(now), ":until": _epoch(now + ttl), ":owner": _str(common.new_owner()),
+                ":zero": _ZERO, ":one": _ONE, ":false": _FALSE,
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return None if response is None else _lease_from(name, response["Attributes"])
+
+    def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
+        ttl = common.check_seconds(ttl, "ttl")
+        response = self._write_if_held(
+            "renew", lease, EXTEND_LEASE, {":until": _epoch(time.time() + ttl)}, return_values="ALL_NEW"
+        )
+        if response is None:
+            raise LeaseLostError(f"lease {lease.name!r} token {lease.token} is no longer held")
+        return _lease_from(lease.name, response["Attributes"])
+
+    def release(self, lease: Lease) -> bool:
+        return self._write_if_held("release", lease, RELEASE_LEASE, {":now": _epoch(time.time())}) is not None
+
+    def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+        keep = common.check_seconds(keep, "keep")
+        values = {":until": _epoch(time.time() + keep), ":true": _TRUE}
+        return self._write_if_held("complete", lease, COMPLETE_LEASE, values) is not None
+
+    def _write_if_held(
+        self, what: str, lease: Lease, update: str, values: dict[str, Any], return_values: str = "NONE"
+    ) -> dict[str, Any] | None:
+        return self._conditional(
+            what, "update_item",
+            Key=_lease_key(common.check_name(lease.name)),
+            ConditionExpression=LEASE_IS_HELD_BY_CALLER,
+            UpdateExpression=update,
+            ExpressionAttributeNames=_names(LEASE_IS_HELD_BY_CALLER, update),
+            ExpressionAttributeValues={
+                ":owner": _str(lease.owner), ":token": _int(lease.token), ":false": _FALSE, **values,
+            },
+            ReturnValues=return_values,
+        )
+
+    def inspect(self, name: str) -> LeaseState | None:
+        key = _lease_key(common.check_name(name))
+        response = self._call("inspect", "get_item", Key=key, ConsistentRead=True)
+        item = response.get("Item")
+        if item is None:
+            return None
+        return LeaseState(
+            name=name,
+            owner=item["owner"]["S"] if "owner" in item else None,
+            token=int(item["token"]["N"]),
+            busy_until=float(item["busy_until"]["N"]),
+            completed=bool(item["completed"]["BOOL"]),
+        )
+
+    def queue(self, name: str) -> DynamoDBQueue:
+        return DynamoDBQueue(self, common.check_name(name, "queue name"))
+
+
+def _lease_from(name: str, attributes: dict[str, Any]) -> Lease:
+    return Lease(
+        name=name,
+        owner=attributes["owner"]["S"],
+        token=int(attributes["token"]["N"]),
+        expires_at=float(attributes["busy_until"]["N"]),
+    )
+
+
+def _page_size(needed: int) -> int:
+    # A little above what is still needed: some listed items will be lost to
+    # other claimers or be stale in the eventually consistent GSI.
+    return needed + max(2, needed // 4)
+
+
+class DynamoDBQueue:
+    """A due queue on the store's table; see the module docstring for the layout."""
+
+    def __init__(self, store: DynamoDBStore, name: str) -> None:
+        self._store = store
+        self.name = name
+
+    def _key(self, item_id: str) -> dict[str, dict[str, str]]:
+        return _item_key(self.name, item_id)
+
+    def _shard_keys(self) -> list[str]:
+        return [f"{self.name}#{k}" for k in range(self._store.shards)]
+
+    def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
+        item_id = common.check_name(item_id, "item_id")
+        due = common.check_due_at(due_at)
+        payload_text = common.encode_payload(payload)
+        self._store._call(
+            "put", "update_item",
+            Key=self._key(item_id),
+            UpdateExpression=PUT_ITEM,
+            ExpressionAttributeNames=_names(PUT_ITEM),
+            ExpressionAttributeValues={
+                ":payload": _str(payload_text),
+                ":due": _epoch(time.time() if due is None else due),
+                ":qshard": _str(_qshard(self.name, item_id, self._store.shards)),
+                ":queue": _str(self.name), ":item_id": _str(item_id), ":zero": _ZERO,
+            },
+        )
+
+    def cancel(self, item_id: str) -> bool:
+        key = self._key(common.check_name(item_id, "item_id"))
+        response = self._store._call("cancel", "delete_item", Key=key, ReturnValues="ALL_OLD")
+        return bool(response.get("Attributes"))
+
+    # -- claim ------------------------------------------------------------
+    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
+        """See :class:`onceonly.Queue`. Walks the shards from a random one, so
+        concurrent claimers start apart. If DynamoDB fails after some items were
+        granted, those are returned (the failure is logged) rather than lost."""
+        limit = common.check_limit(limit)
+        lease = common.check_seconds(lease, "lease")
+        now = time.time()
+        claim_round = _ClaimRound(owner=common.new_owner(), now=now, until=now + lease)
+        shard_keys = self._shard_keys()
+        start = random.randrange(len(shard_keys))
+        claims: list[Claim] = []
+        try:
+            for qshard in shard_keys[start:] + shard_keys[:start]:
+                self._claim_in_shard(qshard, claim_round, limit, claims)
+                if len(claims) >= limit:
+                    break
+        except StoreUnavailableError:
+            if not claims:
+                raise
+            log.warning("onceonly dynamodb claim: returning %d granted items after a store error",
+                        len(claims), extra={"queue": self.name, "owner": claim_round.owner}, exc_info=True)
+        return claims
+
+    def _claim_in_shard(self, qshard: str, claim_round: _ClaimRound, limit: int, claims: list[Claim]) -> None:
+        """Page through the shard's due items, oldest first, claiming in waves of
+        at most what is still needed, so that wins never exceed ``limit``.
+        Appends to ``claims`` as writes succeed, so a later failure keeps them."""
+        start_key: dict[str, Any] | None = None
+        while len(claims) < limit:
+            page = self._due_page(qshard, claim_round.now, _page_size(limit - len(claims)), start_key)
+            candidates = [item["pk"]["S"] for item in page.get("Items", [])]
+            while candidates and len(claims) < limit:
+                needed = limit - len(claims)
+                wave, candidates = candidates[:needed], candidates[needed:]
+                outcomes = self._store._concurrently(lambda pk: self._grant(pk, claim_round), wave)
+                claims.extend(o for o in outcomes if isinstance(o, Claim))
+                errors = [o for o in outcomes if isinstance(o, OnceOnlyError)]
+                if errors:
+                    raise errors[0]
+            start_key = page.get("LastEvaluatedKey")
+            if start_key is None:
+                return
+
+    def _due_page(
+        self, qshard: str, now: float, size: int, start_key: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        extra = {"ExclusiveStartKey": start_key} if start_key else {}
+        return self._store._call(
+            "claim", "query",
+            IndexName=INDEX_NAME,
+            KeyConditionExpression=DUE_IN_SHARD,
+            ProjectionExpression="#pk",
+            ExpressionAttributeNames=_names(DUE_IN_SHARD, "#pk"),
+            ExpressionAttributeValues={":qshard": _str(qshard), ":now": _epoch(now)},
+            Limit=size,
+            **extra,
+        )
+
+    def _grant(self, pk: str, claim_round: _ClaimRound) -> Claim | None:
+        """One conditional claim write; None if another claimer got there first."""
+        response = self._store._conditional(
+            "claim", "update_item",
+            Key={"pk": _str(pk)},
+            ConditionExpression=ITEM_IS_CLAIMABLE,
+            UpdateExpression=GRANT_ITEM,
+            ExpressionAttributeNames=_names(ITEM_IS_CLAIMABLE, GRANT_ITEM),
+            ExpressionAttributeValues={
+                ":now": _epoch(claim_round.now), ":until": _epoch(claim_round.until),
+                ":owner": _str(claim_round.owner), ":one": _ONE,
+            },
+            ReturnValues="ALL_NEW",
+        )
+        if response is None:
+            return None
+        item = response["Attributes"]
+        return Claim(
+            queue=self.name,
+            item_id=item["item_id"]["S"],
+            payload=common.decode_payload(item["payload"]["S"]),
+            token=int(item["token"]["N"]),
+            attempt=int(item["attempt"]["N"]),
+            owner=item["owner"]["S"],
+            lease_expires_at=float(item["claimable_at"]["N"]),
+        )
+
+    # -- finishing a claim ----------------------------------------------------
+    def ack(self, claim: Claim) -> bool:
+        return self.ack_many([claim])[0]
+
+    def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
+        """Conditional deletes issued concurrently (DynamoDB has no conditional
+        batch delete, and dynalite no transactions). Raises the first store error
+        after all were tried; the other deletes may have been applied."""
+        outcomes = self._store._concurrently(self._ack_one, list(claims))
+        for outcome in outcomes:
+            if isinstance(outcome, OnceOnlyError):
+                raise outcome
+        return [bool(outcome) for outcome in outcomes]
+
+    def _ack_one(self, claim: Claim) -> bool:
+        response = self._store._conditional(
+            "ack", "delete_item",
+            Key=self._key(claim.item_id),
+            ConditionExpression=ITEM_IS_HELD_BY_CALLER,
+            ExpressionAttributeNames=_names(ITEM_IS_HELD_BY_CALLER),
+            ExpressionAttributeValues={":token": _int(claim.token), ":owner": _str(claim.owner)},
+        )
+        return response is not None
+
+    def retry(self, claim: Claim, due_at: float) -> bool:
+        due = common.check_due_at(due_at)
+        if due is None:
+            raise ConfigError("retry needs a due_at")
+        response = self._store._conditional(
+            "retry", "update_item",
+            Key=self._key(claim.item_id),
+            ConditionExpression=ITEM_IS_HELD_BY_CALLER,
+            UpdateExpression=RESCHEDULE_ITEM,
+            ExpressionAttributeNames=_names(ITEM_IS_HELD_BY_CALLER, RESCHEDULE_ITEM),
+            ExpressionAttributeValues={
+                ":token": _int(claim.token), ":owner": _str(claim.owner), ":due": _epoch(due),
+            },
+        )
+        return response is not None
+
+    # -- depth --------------------------------------------------------------
+    def depth(self) -> QueueDepth:
+        """Counts per shard, read from the eventually consistent GSI."""
+        now = time.time()
+        outcomes = self._store._concurrently(lambda shard: self._shard_depth(shard, now), self._shard_keys())
+        shards: list[QueueDepth] = []
+        for outcome in outcomes:
+            if isinstance(outcome, OnceOnlyError):
+                raise outcome
+            shards.append(outcome)
+        return QueueDepth(
+            due=sum(s.due for s in shards),
+            scheduled=sum(s.scheduled for s in shards),
+            in_flight=sum(s.in_flight for s in shards),
+        )
+
+    def _shard_depth(self, qshard: str, now: float) -> QueueDepth:
+        due = self._count(qshard, now, DUE_IN_SHARD)[0]
+        # Not yet due: held ones have an owner (claimable_at is their lease
+        # expiry); the rest wait for their due time.
+        with_owner, not_due = self._count(qshard, now, NOT_DUE_IN_SHARD, HAS_OWNER)
+        return QueueDepth(due=due, scheduled=not_due - with_owner, in_flight=with_owner)
+
+    def _count(
+        self, qshard: str, now: float, key_condition: str, item_filter: str | None = None
+    ) -> tuple[int, int]:
+        """(items matching the filter, items matching the key condition), all pages."""
+        extra: dict[str, Any] = {"FilterExpression": item_filter} if item_filter else {}
+        matched = scanned = 0
+        while True:
+            page = self._store._call(
+                "depth", "query",
+                IndexName=INDEX_NAME,
+                KeyConditionExpression=key_condition,
+                ExpressionAttributeNames=_names(key_condition, item_filter or ""),
+                ExpressionAttributeValues={":qshard": _str(qshard), ":now": _epoch(now)},
+                Select="COUNT",
+                **extra,
+            )
+            matched += int(page.get("Count", 0))
+            scanned += int(page.get("ScannedCount", 0))
+            if "LastEvaluatedKey" not in page:
+                return matched, scanned
+            extra["ExclusiveStartKey"] = page["LastEvaluatedKey"]
