@@ -1,0 +1,144 @@
+"""The `onceonly` command line: simulate, invoke, status, redrive.
+
+Every user-facing failure is one line on stderr and a non-zero exit code;
+tracebacks are for bugs only."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from .errors import CliError
+
+USAGE_ERROR = 2
+INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (plus a pointer to --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database", metavar="URL",
+                        help="domain PostgreSQL URL (default: $DATABASE_URL, else a local PostgreSQL)")
+    parser.add_argument("--store", metavar="URL",
+                        help="coordination store URL: postgresql://, redis:// or dynamodb://TABLE?"
+                             "endpoint_url=… (default: $ONCEONLY_STORE_URL, else the database)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="onceonly", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    sim = commands.add_parser("simulate",
+                              help="run the real functions as N replicas under duplicates and crashes")
+    _store_options(sim)
+    sim.add_argument("--events", type=_positive_int, default=200, help="webhook events to feed (default 200)")
+    sim.add_argument("--replicas", type=_positive_int, default=4, help="replica processes (default 4)")
+    sim.add_argument("--receiver-latency", type=_non_negative_float, default=0.005, metavar="SECONDS",
+                     help="the receiver's delay per request (default 0.005)")
+    sim.add_argument("--failure-rate", type=_rate, default=0.1, metavar="P",
+                     help="share of receiver responses that are 500s (default 0.1)")
+    sim.add_argument("--crash-rate", type=_rate, default=0.05, metavar="P",
+                     help="chance that a replica is SIGKILLed during an invocation (default 0.05)")
+    sim.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    sim.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    sim.add_argument("--report", type=Path, metavar="FILE.html", help="also write an HTML report with charts")
+
+    inv = commands.add_parser("invoke", help="run one function of template.yaml locally, without Docker")
+    inv.add_argument("function", metavar="FUNCTION_LOGICAL_ID")
+    inv.add_argument("--event", "-e", type=Path, required=True, help="the event JSON file")
+    inv.add_argument("--template", "-t", type=Path, default=Path("template.yaml"))
+    inv.add_argument("--env-vars", "-n", type=Path, help="SAM-style env vars JSON file")
+    inv.add_argument("--no-setup", action="store_true",
+                     help="do not apply the domain migrations or create the store's tables first")
+    _store_options(inv)
+
+    status = commands.add_parser("status", help="due queue, dead letters, held leases, last ticks")
+    _store_options(status)
+
+    redrive = commands.add_parser("redrive", help="re-queue dead-lettered webhook deliveries")
+    _store_options(redrive)
+    which = redrive.add_mutually_exclusive_group(required=True)
+    which.add_argument("--delivery", metavar="ID", action="append", help="a dead delivery's id (repeatable)")
+    which.add_argument("--all", action="store_true", help="every dead delivery")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = _non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "invoke":
+        from .invoke_command import invoke_command
+
+        return invoke_command(args)
+    if args.command == "status":
+        from .status import status_command
+
+        return status_command(args)
+    if args.command == "redrive":
+        from .redrive_command import redrive_command
+
+        return redrive_command(args)
+    from .simulate.command import simulate_command
+
+    return simulate_command(args)
+
+
+def _layer_on_path() -> None:
+    """Make the layer's packages (shared/: appdb, webhooks, ...) importable, as
+    /opt/python is in Lambda; an installed copy still wins."""
+    shared = Path(__file__).resolve().parents[2] / "shared"
+    if shared.is_dir() and str(shared) not in sys.path:
+        sys.path.append(str(shared))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _layer_on_path()
+    try:
+        return _run(args)
+    except CliError as exc:
+        print(f"onceonly {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"onceonly {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
