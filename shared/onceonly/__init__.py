@@ -10,6 +10,7 @@ from .errors import (
     StoreNotReadyError,
     StoreUnavailableError,
 )
+from .scheduled import InvalidEventError, Tick, scheduled
 
 __all__ = [
     "Claim",
@@ -24,4 +25,5 @@ __all__ = [
     "StoreNotReadyError",
     "StoreUnavailableError",
     "connect",
+    "InvalidEventError", "Tick", "scheduled",  # the cron guard (scheduled.py)
 ]

@@ -1,0 +1,258 @@
+"""The cron guard: run an EventBridge-scheduled Lambda handler once per tick, on
+any number of replicas and however often the tick is delivered.
+
+A tick is identified by the job name and the event's ``time`` (the scheduled
+time), never by the event ``id``: EventBridge may deliver one tick twice with
+different ids. The guard claims the lock record ``tick:JOB:TIME`` through the
+store's lease API (acquire/renew/release/complete only, so it works on every
+backend):
+
+- granted: the body runs with a :class:`Tick` (fencing token, renewal);
+  success completes the record for ``keep`` seconds, so later duplicates of the
+  tick are skipped; an exception releases it and propagates, so a retry of the
+  tick can run;
+- held by a running invocation, or completed: the invocation is skipped and
+  logged. Never an error;
+- a crashed run's record stays held until its lease expires; a retry of the
+  tick then takes it over with a higher token (``Tick.reclaimed``).
+
+The body's own writes must still be idempotent or fenced with ``tick.token``: a
+run paused past its lease is not stopped, only refused at its next fenced write.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from .api import Lease, Store
+from .errors import ConfigError, LeaseLostError, OnceOnlyError
+
+SCHEDULED_DETAIL_TYPE = "Scheduled Event"
+SCHEDULED_SOURCE = "aws.events"
+DEFAULT_TTL = 300.0
+DEFAULT_KEEP = 7 * 86400.0
+
+_log = logging.getLogger("onceonly.scheduled")
+
+
+class InvalidEventError(ConfigError):
+    """The event is not an EventBridge scheduled event (wrong source or
+    detail-type), or its ``time`` is missing or not an ISO 8601 UTC time.
+    A ConfigError (so a ValueError too): the caller passed the wrong input."""
+
+
+class MetricsSink(Protocol):
+    """What the guard needs of a metrics object (Powertools ``Metrics`` fits)."""
+
+    def add_metric(self, name: str, unit: Any, value: float) -> None: ...
+
+
+@dataclass
+class Tick:
+    """One claimed tick, handed to the body.
+
+    ``token`` is the lease's fencing token: it strictly increases across every
+    grant of this tick, so stamp it on the writes that must come from the current
+    holder only. ``reclaimed`` is true when an earlier run of this tick did not
+    complete (it crashed, timed out or failed) and this run took over.
+    """
+
+    job: str
+    scheduled_time: datetime
+    event_id: str | None
+    lease: Lease
+    ttl: float
+    _store: Store = field(repr=False)
+
+    @property
+    def lock_name(self) -> str:
+        return self.lease.name
+
+    @property
+    def token(self) -> int:
+        return self.lease.token
+
+    @property
+    def reclaimed(self) -> bool:
+        return self.lease.token > 1
+
+    @property
+    def store(self) -> Store:
+        """The coordination store the tick was claimed on (for job-wide leases)."""
+        return self._store
+
+    def renew(self, ttl: float | None = None) -> Lease:
+        """Extend the tick's lease to now + ``ttl`` (default: the guard's ttl).
+        Raises LeaseLostError if another run took the tick over."""
+        self.lease = self._store.renew(self.lease, self.ttl if ttl is None else ttl)
+        return self.lease
+
+
+Body = Callable[[Any, Any, Tick], Any]
+Handler = Callable[[Any, Any], dict[str, Any]]
+StoreSource = Store | Callable[[], Store]
+
+
+def tick_lock_name(job: str, scheduled_time: datetime) -> str:
+    """The lock record of one tick: job name + scheduled time, UTC, whole seconds."""
+    return f"tick:{job}:{scheduled_time.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def scheduled_time_of(event: Any) -> datetime:
+    """The scheduled time of an EventBridge scheduled event (timezone-aware, UTC).
+    Raises InvalidEventError for anything else."""
+    if not isinstance(event, Mapping):
+        raise InvalidEventError(
+            f"expected an EventBridge scheduled event (a JSON object), got {type(event).__name__}"
+        )
+    source, detail_type = event.get("source"), event.get("detail-type")
+    if source != SCHEDULED_SOURCE or detail_type != SCHEDULED_DETAIL_TYPE:
+        raise InvalidEventError(
+            f"not a scheduled event: source={source!r}, detail-type={detail_type!r} "
+            f"(expected {SCHEDULED_SOURCE!r} and {SCHEDULED_DETAIL_TYPE!r})"
+        )
+    raw = event.get("time")
+    if not isinstance(raw, str) or not raw:
+        raise InvalidEventError(f"scheduled event has no 'time' (got {raw!r}); it names the tick")
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise InvalidEventError(f"scheduled event 'time' {raw!r} is not an ISO 8601 time") from exc
+    if parsed.tzinfo is None:
+        raise InvalidEventError(
+            f"scheduled event 'time' {raw!r} has no timezone (EventBridge sends UTC, '…Z')"
+        )
+    return parsed.astimezone(UTC).replace(microsecond=0)
+
+
+def _check_job(job: str) -> str:
+    if not isinstance(job, str) or not job.strip() or any(c.isspace() for c in job):
+        raise ConfigError(f"job must be a non-empty name without whitespace, got {job!r}")
+    return job
+
+
+def _check_seconds(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _resolve(source: StoreSource) -> Store:
+    if isinstance(source, Store):
+        return source
+    store = source()
+    if not isinstance(store, Store):
+        raise ConfigError(f"the store factory returned {type(store).__name__}, not a onceonly Store")
+    return store
+
+
+def scheduled(
+    store: StoreSource,
+    *,
+    job: str,
+    ttl: float = DEFAULT_TTL,
+    keep: float = DEFAULT_KEEP,
+    logger: Any = None,
+    metrics: MetricsSink | None = None,
+) -> Callable[[Body], Handler]:
+    """Turn ``body(event, context, tick)`` into a Lambda handler ``(event, context)``
+    that runs the body at most once at a time per tick and never again after it
+    completed (for ``keep`` seconds).
+
+    ``store`` is a Store or a zero-argument callable returning one (called per
+    invocation, so pass a cached factory such as ``appdb.clients.coordination_store``).
+    ``ttl`` is the tick's lease: a crashed run blocks retries of its tick that long;
+    long bodies call ``tick.renew()``. ``logger`` (stdlib or Powertools) gets one
+    structured line per outcome; ``metrics`` gets ``ticks_run``,
+    ``ticks_skipped_duplicate``, ``ticks_superseded``, ``ticks_failed`` and
+    ``leases_reclaimed`` counts.
+
+    The handler returns ``{"job", "tick", "status", ...}`` where status is
+    ``ran``, ``skipped`` (reason ``running`` or ``completed``) or ``superseded``
+    (the lease was lost: another run owns the tick now; not an error).
+    Raises InvalidEventError for a non-scheduled event, the store's errors
+    (StoreUnavailableError, …) when the tick cannot be claimed, and whatever the
+    body raised after releasing the tick.
+    """
+    job = _check_job(job)
+    ttl = _check_seconds(ttl, "ttl")
+    keep = _check_seconds(keep, "keep")
+    log = logger if logger is not None else _log
+
+    def count(name: str) -> None:
+        if metrics is not None:
+            metrics.add_metric(name=name, unit="Count", value=1)
+
+    def decorate(body: Body) -> Handler:
+        @functools.wraps(body)
+        def handler(event: Any, context: Any) -> dict[str, Any]:
+            when = scheduled_time_of(event)
+            tick_store = _resolve(store)
+            name = tick_lock_name(job, when)
+            report: dict[str, Any] = {"job": job, "tick": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            lease = tick_store.acquire(name, ttl=ttl)
+            if lease is None:
+                return _skipped(tick_store, name, report, log, count)
+            tick = Tick(job=job, scheduled_time=when, event_id=_event_id(event), lease=lease, ttl=ttl,
+                        _store=tick_store)
+            context_fields = {"lock": name, "token": lease.token, "owner": lease.owner,
+                              "event_id": tick.event_id}
+            if tick.reclaimed:
+                count("leases_reclaimed")
+                log.warning("taking over a tick an earlier run did not complete", extra=context_fields)
+            try:
+                result = body(event, context, tick)
+            except LeaseLostError as exc:
+                count("ticks_superseded")
+                log.warning("tick superseded: its lease was lost, a newer run owns it",
+                            extra={**context_fields, "error": str(exc)})
+                return {**report, "status": "superseded", "token": lease.token}
+            except Exception:
+                count("ticks_failed")
+                _release_after_failure(tick_store, tick.lease, log, context_fields)
+                raise
+            if not tick_store.complete(tick.lease, keep=keep):
+                count("ticks_superseded")
+                log.warning("tick ran but its lease was lost before completion; a newer run owns it",
+                            extra=context_fields)
+                return {**report, "status": "superseded", "token": lease.token, "result": result}
+            count("ticks_run")
+            log.info("tick ran", extra=context_fields)
+            return {**report, "status": "ran", "token": lease.token, "reclaimed": tick.reclaimed,
+                    "result": result}
+
+        return handler
+
+    return decorate
+
+
+def _event_id(event: Mapping[str, Any]) -> str | None:
+    value = event.get("id")
+    return value if isinstance(value, str) else None
+
+
+def _skipped(store: Store, name: str, report: dict[str, Any], log: Any,
+             count: Callable[[str], None]) -> dict[str, Any]:
+    state = store.inspect(name)
+    reason = "completed" if state is not None and state.completed else "running"
+    count("ticks_skipped_duplicate")
+    log.info("tick skipped: duplicate delivery", extra={"lock": name, "reason": reason,
+                                                         "token": state.token if state else None})
+    return {**report, "status": "skipped", "reason": reason}
+
+
+def _release_after_failure(store: Store, lease: Lease, log: Any, fields: dict[str, Any]) -> None:
+    """Give the tick back so a retry can run at once; the body's error is what
+    propagates, so a failing release is logged, not raised over it."""
+    try:
+        released = store.release(lease)
+    except OnceOnlyError as exc:
+        log.error("tick failed and could not be released; it frees itself when the lease expires",
+                  extra={**fields, "error": str(exc)})
+        return
+    log.error("tick failed; released for a retry", extra={**fields, "released": released})
