@@ -6,8 +6,9 @@ error (:class:`~onceonly.errors.LeaseLostError`) where the caller asked to keep 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def test_hot_names_are_never_held_twice_at_once(ready_url: str, unique: str, tmp
         tokens = [h["token"] for h in holdings]
         assert len(tokens) == len(set(tokens)), f"{name}: a token was granted twice"
         ordered = sorted(holdings, key=lambda h: h["token"])
-        for earlier, later in zip(ordered, ordered[1:]):
+        for earlier, later in zip(ordered, ordered[1:], strict=False):
             # a later token is granted only after the earlier holder released
             assert later["start"] >= earlier["end"], f"{name}: tokens {earlier['token']} and {later['token']} overlap"
 

@@ -81,7 +81,7 @@ def test_inspect_unknown_name_is_none(store: onceonly.Store, unique: str) -> Non
     assert store.inspect(unique) is None
 
 
-@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), "10", None, True])
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), 1e300, "10", None, True])
 def test_bad_ttl_is_a_clear_error(store: onceonly.Store, unique: str, ttl: object) -> None:
     with pytest.raises(onceonly.ConfigError, match="ttl"):
         store.acquire(unique, ttl=ttl)  # type: ignore[arg-type]

@@ -85,6 +85,14 @@ def test_ack_many_in_order_with_lost_ones(store: onceonly.Store, unique: str) ->
     assert q.ack(claims[1]) is True  # already acked: lost for ack_many
     assert q.ack_many(claims) == [True, False, True, True]
     assert q.ack_many([]) == []
+    q.put("dup")
+    (dup,) = q.claim(limit=1, lease=30)
+    assert q.ack_many([dup, dup]) == [True, False]  # listed twice, acked once
+    q.put("re")
+    (stale,) = q.claim(limit=1, lease=0.3)
+    time.sleep(0.6)
+    (fresh,) = q.claim(limit=1, lease=30)
+    assert q.ack_many([stale, fresh]) == [False, True]
     assert q.depth().total == 0
 
 

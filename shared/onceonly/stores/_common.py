@@ -8,9 +8,13 @@ import math
 import secrets
 from typing import Any
 
+from ..api import Claim
 from ..errors import ConfigError
 
 MAX_NAME_LENGTH = 512
+# Ten years: past this a ttl is a bug, and some stores would overflow their
+# integer milliseconds instead of failing.
+MAX_SECONDS = 10 * 365 * 86400
 
 
 def new_owner() -> str:
@@ -32,6 +36,8 @@ def check_seconds(value: float, what: str) -> float:
         raise ConfigError(f"{what} must be a number of seconds, got {value!r}")
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{what} must be a positive number of seconds, got {value!r}")
+    if value > MAX_SECONDS:
+        raise ConfigError(f"{what} must be at most {MAX_SECONDS} seconds (ten years), got {value!r}")
     return float(value)
 
 
@@ -58,3 +64,8 @@ def encode_payload(payload: Any) -> str:
 
 def decode_payload(text: str | bytes | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def grant_key(claim: Claim) -> tuple[str, int, str]:
+    """What identifies one grant of an item: a stale and a fresh claim differ."""
+    return (claim.item_id, claim.token, claim.owner)

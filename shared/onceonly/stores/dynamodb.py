@@ -607,11 +607,16 @@ class DynamoDBQueue:
         """Conditional deletes issued concurrently (DynamoDB has no conditional
         batch delete, and dynalite no transactions). Raises the first store error
         after all were tried; the other deletes may have been applied."""
-        outcomes = self._store._concurrently(self._ack_one, list(claims))
+        # One delete per item: a claim listed twice is acked once, in order.
+        first_index = {common.grant_key(c): i for i, c in reversed(list(enumerate(claims)))}
+        distinct = [claims[i] for i in sorted(first_index.values())]
+        outcomes = self._store._concurrently(self._ack_one, distinct)
         for outcome in outcomes:
             if isinstance(outcome, OnceOnlyError):
                 raise outcome
-        return [bool(outcome) for outcome in outcomes]
+        acked = {common.grant_key(c): bool(o) for c, o in zip(distinct, outcomes, strict=True)}
+        return [acked[common.grant_key(c)] and first_index[common.grant_key(c)] == i
+                for i, c in enumerate(claims)]
 
     def _ack_one(self, claim: Claim) -> bool:
         response = self._store._conditional(

@@ -69,12 +69,11 @@ class PostgresStore:
 
     # -- setup ------------------------------------------------------------
     def setup(self) -> None:
-        with _translated("setup"), self._pool.connection() as conn:
-            # Concurrent setup() calls race on CREATE ... IF NOT EXISTS; a
-            # transaction-scoped advisory lock serialises them.
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext('onceonly.setup'))")
-                conn.execute(SQL["setup"])
+        # Concurrent setup() calls race on CREATE ... IF NOT EXISTS; a
+        # transaction-scoped advisory lock serialises them.
+        with _translated("setup"), self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('onceonly.setup'))")
+            conn.execute(SQL["setup"])
 
     def close(self) -> None:
         if self._owns_pool:
@@ -137,8 +136,13 @@ class PostgresQueue:
             return []
         params = {"queue": self.name, "item_ids": [c.item_id for c in claims],
                   "tokens": [c.token for c in claims], "owners": [c.owner for c in claims]}
-        deleted = {row["item_id"] for row in self._store._run("ack_many", params)}
-        return [c.item_id in deleted for c in claims]
+        deleted = {(r["item_id"], r["token"], r["owner"]) for r in self._store._run("ack_many", params)}
+        # One delete per grant: a claim listed twice is acked once, as on Redis.
+        results = []
+        for claim in claims:
+            results.append(common.grant_key(claim) in deleted)
+            deleted.discard(common.grant_key(claim))
+        return results
 
     def retry(self, claim: Claim, due_at: float) -> bool:
         due = common.check_due_at(due_at)

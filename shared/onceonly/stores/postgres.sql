@@ -100,12 +100,12 @@ RETURNING q.item_id, q.payload, q.token, q.attempt, q.owner,
           extract(epoch FROM q.claimable_at)::float8 AS lease_expires_at;
 
 -- name: ack_many --
--- In: queue, item_ids[], tokens[], owners[] (parallel arrays). Out: the item
--- ids deleted. A claim that was re-granted has another token/owner and stays.
+-- In: queue, item_ids[], tokens[], owners[] (parallel arrays). Out: the grants
+-- deleted. A claim that was re-granted has another token/owner and stays.
 DELETE FROM onceonly_queue q
  USING unnest(%(item_ids)s::text[], %(tokens)s::bigint[], %(owners)s::text[]) AS c(item_id, token, owner)
  WHERE q.queue = %(queue)s AND q.item_id = c.item_id AND q.token = c.token AND q.owner = c.owner
-RETURNING q.item_id;
+RETURNING q.item_id, q.token, q.owner;
 
 -- name: retry --
 -- In: queue, item_id, token, owner, due_at. Back to waiting, if still held.
