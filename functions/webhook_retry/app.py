@@ -1,0 +1,38 @@
+"""WebhookRetryFunction: every minute, claim due deliveries from the due queue in
+batches and re-attempt them until nothing is due or the deadline nears. Any
+number of concurrent invocations is safe: each claim is exclusive and fenced."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from webhooks.runtime import webhook_service
+
+logger = Logger(service="webhook-retry")
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
+                  service="webhook-retry")
+
+COUNTERS = ("succeeded", "failed", "dead", "claims_contended", "leases_reclaimed", "fenced_writes_refused")
+METRIC_NAMES = {"succeeded": "deliveries_succeeded", "failed": "deliveries_failed", "dead": "deliveries_dead"}
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    report = webhook_service(logger).run_retries(context.get_remaining_time_in_millis)
+    summary: dict[str, Any] = {name: getattr(report, name) for name in COUNTERS}
+    summary.update(claimed=report.claimed, finished_elsewhere=report.finished_elsewhere,
+                   handed_back=report.handed_back)
+    for name in COUNTERS:
+        metrics.add_metric(name=METRIC_NAMES.get(name, name), unit=MetricUnit.Count, value=summary[name])
+    if report.queue_depth is not None:
+        summary["retry_queue_depth"] = report.queue_depth.total
+        metrics.add_metric(name="retry_queue_depth", unit=MetricUnit.Count, value=report.queue_depth.total)
+        metrics.add_metric(name="retry_queue_due", unit=MetricUnit.Count, value=report.queue_depth.due)
+    logger.info("retry run finished", extra=summary)
+    return summary

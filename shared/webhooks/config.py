@@ -1,0 +1,91 @@
+"""Settings of webhook delivery, read from environment variables so that tests
+and `onceonly simulate` can shrink leases and retry schedules."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from onceonly.errors import ConfigError
+
+# Svix-like ceilings (seconds) for retry 1, 2, …: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+
+
+@dataclass(frozen=True)
+class WebhookConfig:
+    retry_schedule: tuple[float, ...] = DEFAULT_SCHEDULE  # one ceiling per retry; attempts = 1 + len
+    connect_timeout: float = 3.0
+    read_timeout: float = 10.0
+    attempt_lease: float = 60.0  # how long one claim (or the dispatcher's first attempt) may take
+    claim_batch: int = 4  # deliveries claimed per q.claim by the retry worker
+    deadline_margin: float = 5.0  # seconds of invocation time kept free for recording and acking
+    max_retry_after: float = 36000.0  # a Retry-After above this is capped
+    allow_http_hosts: frozenset[str] = frozenset()  # hosts allowed plain http and private addresses
+    queue_name: str = "webhook-retries"
+    ca_bundle: str | None = None  # extra CA file for TLS verification (tests); None: system CAs
+
+    def __post_init__(self) -> None:
+        if not self.retry_schedule or any(not math.isfinite(s) or s <= 0 for s in self.retry_schedule):
+            raise ConfigError(f"retry schedule needs positive seconds, got {self.retry_schedule!r}")
+        seconds = ("connect_timeout", "read_timeout", "attempt_lease", "deadline_margin", "max_retry_after")
+        for name in seconds:
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.claim_batch < 1:
+            raise ConfigError(f"claim_batch must be >= 1, got {self.claim_batch}")
+        # A claimed batch is attempted one by one; the last one must still be
+        # inside its lease, or another worker reclaims it while we POST.
+        if self.claim_batch * self.attempt_budget >= self.attempt_lease:
+            raise ConfigError(
+                f"attempt_lease ({self.attempt_lease}s) must exceed claim_batch x (connect + read timeout) "
+                f"= {self.claim_batch * self.attempt_budget}s"
+            )
+
+    @property
+    def max_attempts(self) -> int:
+        return 1 + len(self.retry_schedule)
+
+    @property
+    def attempt_budget(self) -> float:
+        """The longest one attempt can take: connect plus read timeout."""
+        return self.connect_timeout + self.read_timeout
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> WebhookConfig:
+        """Read ``WEBHOOK_*`` variables; unset ones keep their defaults."""
+        env = dict(os.environ if env is None else env)
+        kwargs: dict[str, object] = {}
+        floats = {
+            "WEBHOOK_CONNECT_TIMEOUT": "connect_timeout",
+            "WEBHOOK_READ_TIMEOUT": "read_timeout",
+            "WEBHOOK_ATTEMPT_LEASE": "attempt_lease",
+            "WEBHOOK_DEADLINE_MARGIN": "deadline_margin",
+            "WEBHOOK_MAX_RETRY_AFTER": "max_retry_after",
+        }
+        for var, field in floats.items():
+            if env.get(var):
+                kwargs[field] = _number(var, env[var])
+        if env.get("WEBHOOK_RETRY_SCHEDULE"):
+            kwargs["retry_schedule"] = tuple(
+                _number("WEBHOOK_RETRY_SCHEDULE", part) for part in env["WEBHOOK_RETRY_SCHEDULE"].split(",")
+            )
+        if env.get("WEBHOOK_CLAIM_BATCH"):
+            kwargs["claim_batch"] = int(_number("WEBHOOK_CLAIM_BATCH", env["WEBHOOK_CLAIM_BATCH"]))
+        if env.get("WEBHOOK_ALLOW_HTTP_HOSTS"):
+            hosts = (h.strip().lower() for h in env["WEBHOOK_ALLOW_HTTP_HOSTS"].split(","))
+            kwargs["allow_http_hosts"] = frozenset(h for h in hosts if h)
+        if env.get("WEBHOOK_QUEUE"):
+            kwargs["queue_name"] = env["WEBHOOK_QUEUE"]
+        if env.get("WEBHOOK_CA_BUNDLE"):
+            kwargs["ca_bundle"] = env["WEBHOOK_CA_BUNDLE"]
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+
+def _number(var: str, text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError as exc:
+        raise ConfigError(f"{var} must be a number of seconds, got {text!r}") from exc

@@ -1,0 +1,148 @@
+"""The delivery records on the domain database (statements in deliveries.sql).
+
+Each method is one statement in its own short transaction, so no connection is
+held while a request is in flight."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from onceonly.stores.sqlfile import load_queries
+
+from .messages import DeliveryRequest
+
+SQL = load_queries(Path(__file__).with_suffix(".sql"))
+
+
+def delivery_id_for(webhook_id: str, event_id: str) -> str:
+    """The stable ``msg_…`` id of the delivery of ``event_id`` to ``webhook_id``:
+    every replica computes the same one, and it is the ``webhook-id`` header of
+    every attempt (the receiver's idempotency key)."""
+    digest = hashlib.sha256(f"{webhook_id}\x1f{event_id}".encode()).hexdigest()
+    return f"msg_{digest[:32]}"
+
+
+@dataclass(frozen=True)
+class Subscription:
+    id: str
+    url: str
+    secret: str
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class AttemptInput:
+    """A delivery as an attempt needs it."""
+
+    id: str
+    webhook_id: str
+    event_type: str
+    payload: Any
+    status: str
+    attempts: int
+    generation: int
+    fence_token: int
+    created_at: float
+    subscription: Subscription
+
+    def body(self) -> str:
+        """The request body: the same bytes on every attempt (Standard Webhooks envelope)."""
+        envelope = {"type": self.event_type, "timestamp": _iso(self.created_at), "data": self.payload}
+        return json.dumps(envelope, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt's result does to the delivery."""
+
+    outcome: str  # succeeded | failed | gone | refused | disabled (webhook_attempts.outcome)
+    status: str  # the delivery's new status: succeeded | retrying | dead
+    response_code: int | None
+    error: str | None
+    next_attempt_at: float | None  # epoch seconds, with status retrying
+
+
+@dataclass(frozen=True)
+class Recorded:
+    recorded: bool  # False: the fence refused it
+    attempt: int | None
+
+
+class DeliveryRepository:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(SQL[name], params)
+            return cur.fetchall() if cur.description else []
+
+    def subscription(self, webhook_id: str) -> Subscription | None:
+        rows = self._rows("subscription", {"webhook_id": webhook_id})
+        return Subscription(**rows[0]) if rows else None
+
+    def create(self, request: DeliveryRequest) -> str | None:
+        """Insert the delivery; its id, or None if (webhook_id, event_id) already had one."""
+        delivery_id = delivery_id_for(request.webhook_id, request.event_id)
+        rows = self._rows("create_delivery", {
+            "id": delivery_id, "webhook_id": request.webhook_id, "event_id": request.event_id,
+            "event_type": request.event_type, "payload": Jsonb(request.payload),
+        })
+        return delivery_id if rows else None
+
+    def is_stranded(self, delivery_id: str, lease: float) -> bool:
+        return bool(self._rows("stranded_delivery", {"id": delivery_id, "lease": lease}))
+
+    def load(self, delivery_id: str) -> AttemptInput | None:
+        rows = self._rows("load_for_attempt", {"id": delivery_id})
+        if not rows:
+            return None
+        row = rows[0]
+        subscription = Subscription(
+            row.pop("webhook_id"), row.pop("url"), row.pop("secret"), row.pop("enabled"))
+        return AttemptInput(webhook_id=subscription.id, subscription=subscription, **row)
+
+    def stamp_fence(self, delivery_id: str, generation: int, token: int) -> str | None:
+        """Take the delivery for a claim: the status it had before, or None if refused."""
+        rows = self._rows("stamp_fence", {"id": delivery_id, "generation": generation, "token": token})
+        return str(rows[0]["previous_status"]) if rows else None
+
+    def state(self, delivery_id: str) -> dict[str, Any] | None:
+        rows = self._rows("delivery_state", {"id": delivery_id})
+        return rows[0] if rows else None
+
+    def record(self, delivery_id: str, generation: int, token: int, outcome: Outcome,
+               started_at: float) -> Recorded:
+        rows = self._rows("record_outcome", {
+            "id": delivery_id, "generation": generation, "token": token, "outcome": outcome.outcome,
+            "status": outcome.status, "response_code": outcome.response_code, "error": outcome.error,
+            "next_attempt_at": outcome.next_attempt_at, "started_at": started_at,
+        })
+        return Recorded(bool(rows[0]["recorded"]), rows[0]["attempt"])
+
+    def disable_subscription(self, webhook_id: str, reason: str) -> bool:
+        return bool(self._rows("disable_subscription", {"webhook_id": webhook_id, "reason": reason}))
+
+    def redrive_dead(self, ids: list[str] | None, webhook_id: str | None,
+                     limit: int) -> list[tuple[str, int]]:
+        rows = self._rows("redrive_dead", {"ids": ids, "webhook_id": webhook_id, "limit": limit})
+        return [(row["id"], row["generation"]) for row in rows]
+
+    def retrying(self, ids: list[str]) -> list[tuple[str, int]]:
+        return [(row["id"], row["generation"]) for row in self._rows("retrying_deliveries", {"ids": ids})]
+
+    def dead(self, webhook_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        return self._rows("dead_deliveries", {"webhook_id": webhook_id, "limit": limit})
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,120 @@
+-- Statements of webhook delivery on the domain database. Each sits under a
+-- "-- name: NAME --" header (onceonly.stores.sqlfile). Every write that records
+-- an attempt's outcome is ONE statement fenced by (generation, fence_token).
+
+-- name: subscription --
+SELECT id, url, secret, enabled FROM webhook_subscriptions WHERE id = %(webhook_id)s;
+
+-- name: create_delivery --
+-- In: id, webhook_id, event_id, event_type, payload. Out: the new row, or NO row
+-- when (webhook_id, event_id) already has a delivery. Closes the duplicate race:
+-- of two invocations handling the same event, only the one whose insert created
+-- the row makes the first attempt.
+INSERT INTO webhook_deliveries (id, webhook_id, event_id, event_type, payload)
+VALUES (%(id)s, %(webhook_id)s, %(event_id)s, %(event_type)s, %(payload)s::jsonb)
+ON CONFLICT (webhook_id, event_id) DO NOTHING
+RETURNING id, generation, fence_token;
+
+-- name: stranded_delivery --
+-- In: id, lease (seconds). Out: the row if its creator never recorded an outcome
+-- and no retry worker ever stamped it, long after the creator's lease: the
+-- creator died between the insert and queueing the safety net, so nothing else
+-- would ever attempt it. A redelivered SQS message re-queues it.
+SELECT id, generation FROM webhook_deliveries
+ WHERE id = %(id)s AND status = 'pending' AND attempts = 0 AND fence_token = 0 AND generation = 0
+   AND created_at < now() - make_interval(secs => %(lease)s);
+
+-- name: load_for_attempt --
+-- Everything an attempt needs, the subscription included.
+SELECT d.id, d.webhook_id, d.event_type, d.payload, d.status, d.attempts, d.generation, d.fence_token,
+       extract(epoch FROM d.created_at)::float8 AS created_at, s.url, s.secret, s.enabled
+  FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.webhook_id
+ WHERE d.id = %(id)s;
+
+-- name: stamp_fence --
+-- In: id, generation, token (the queue claim's). Out: the row with the status it
+-- had before (previous_status), or NO row: a newer holder stamped a higher token,
+-- the generation moved on (redrive), or the delivery is finished. previous_status
+-- 'pending'/'attempting' means the last holder never recorded its outcome: its
+-- lease was reclaimed. The CTE's row lock serialises concurrent stamps.
+WITH prev AS (
+    SELECT id, status FROM webhook_deliveries WHERE id = %(id)s FOR UPDATE
+)
+UPDATE webhook_deliveries d
+   SET fence_token = %(token)s, status = 'attempting', updated_at = now()
+  FROM prev
+ WHERE d.id = prev.id
+   AND d.generation = %(generation)s
+   AND d.fence_token < %(token)s
+   AND d.status IN ('pending', 'attempting', 'retrying')
+RETURNING prev.status AS previous_status;
+
+-- name: delivery_state --
+SELECT status, generation, fence_token FROM webhook_deliveries WHERE id = %(id)s;
+
+-- name: record_outcome --
+-- In: id, generation, token, outcome, status (the delivery's new status),
+-- response_code, error, next_attempt_at (epoch or NULL), started_at (epoch).
+-- Out: recorded (bool) and the delivery's attempt number.
+-- The fenced UPDATE and the attempts-log INSERT are one statement: the log
+-- always gains a row (a refused, stale attempt too, recorded = false), while the
+-- delivery only changes if (generation, fence_token) still match, so a holder
+-- that lost its lease cannot overwrite a newer attempt's result.
+WITH upd AS (
+    UPDATE webhook_deliveries
+       SET status = %(status)s,
+           attempts = attempts + 1,
+           response_code = %(response_code)s,
+           last_error = %(error)s,
+           next_attempt_at = to_timestamp(%(next_attempt_at)s::float8),
+           delivered_at = CASE WHEN %(status)s = 'succeeded' THEN now() ELSE delivered_at END,
+           updated_at = now()
+     WHERE id = %(id)s AND generation = %(generation)s AND fence_token = %(token)s
+       AND status IN ('pending', 'attempting')
+    RETURNING attempts
+)
+INSERT INTO webhook_attempts (delivery_id, generation, fence_token, attempt, outcome, response_code,
+                              error, recorded, started_at)
+SELECT %(id)s, %(generation)s, %(token)s, (SELECT attempts FROM upd), %(outcome)s, %(response_code)s,
+       %(error)s, EXISTS (SELECT 1 FROM upd), to_timestamp(%(started_at)s::float8)
+RETURNING recorded, attempt;
+
+-- name: disable_subscription --
+UPDATE webhook_subscriptions
+   SET enabled = false, disabled_reason = %(reason)s, updated_at = now()
+ WHERE id = %(webhook_id)s AND enabled
+RETURNING id;
+
+-- name: redrive_dead --
+-- In: ids (text[] or NULL), webhook_id (or NULL), limit. Out: the re-driven rows.
+-- A new generation and token 0: claims from before the redrive are fenced off by
+-- the generation, and the new queue item's claims (token >= 1) pass the fence.
+-- attempts restarts, so the delivery gets the whole retry schedule again; the
+-- attempts log keeps every earlier attempt, tagged with its generation.
+WITH chosen AS (
+    SELECT id FROM webhook_deliveries
+     WHERE status = 'dead'
+       AND (%(ids)s::text[] IS NULL OR id = ANY (%(ids)s::text[]))
+       AND (%(webhook_id)s::text IS NULL OR webhook_id = %(webhook_id)s::text)
+     ORDER BY updated_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_deliveries d
+   SET status = 'retrying', generation = d.generation + 1, fence_token = 0, attempts = 0,
+       next_attempt_at = now(), updated_at = now()
+  FROM chosen
+ WHERE d.id = chosen.id
+RETURNING d.id, d.generation;
+
+-- name: dead_deliveries --
+SELECT id, webhook_id, event_id, event_type, attempts, last_error, response_code,
+       extract(epoch FROM updated_at)::float8 AS dead_since
+  FROM webhook_deliveries
+ WHERE status = 'dead' AND (%(webhook_id)s::text IS NULL OR webhook_id = %(webhook_id)s::text)
+ ORDER BY updated_at
+ LIMIT %(limit)s;
+
+-- name: retrying_deliveries --
+-- In: ids. Deliveries waiting for a retry (no holder is attempting them).
+SELECT id, generation FROM webhook_deliveries WHERE id = ANY (%(ids)s::text[]) AND status = 'retrying';

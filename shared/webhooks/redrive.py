@@ -1,0 +1,48 @@
+"""Re-drive dead deliveries: a new generation, the whole retry schedule again,
+and a queue item due now. Called by `onceonly redrive`.
+
+The database update comes first and the queue put second. If the process dies
+in between, the delivery shows as ``retrying`` with no queue item:
+:func:`requeue_retrying` puts those ids back (harmless for ids that are queued)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onceonly import Queue
+
+from .deliveries import DeliveryRepository
+
+
+@dataclass(frozen=True)
+class Redriven:
+    delivery_id: str
+    generation: int
+
+
+def redrive(repo: DeliveryRepository, queue: Queue, *, delivery_ids: list[str] | None = None,
+            webhook_id: str | None = None, limit: int = 100) -> list[Redriven]:
+    """Re-queue up to ``limit`` dead deliveries (all, or only ``delivery_ids`` /
+    those of ``webhook_id``). Returns what was re-driven. A subscription that was
+    disabled stays disabled: re-enable it first, or the attempt dead-letters again."""
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    redriven = [Redriven(i, g) for i, g in repo.redrive_dead(delivery_ids, webhook_id, limit)]
+    for item in redriven:
+        # The generation in the payload is what the claim stamps and fences with.
+        queue.put(item.delivery_id, payload={"generation": item.generation})
+    return redriven
+
+
+def requeue_retrying(repo: DeliveryRepository, queue: Queue, delivery_ids: list[str]) -> list[Redriven]:
+    """Make the listed ``retrying`` deliveries due now. A waiting queue item is only
+    rescheduled; a missing one (a redrive that died half-way) is created again."""
+    requeued = [Redriven(i, g) for i, g in repo.retrying(delivery_ids)]
+    for item in requeued:
+        queue.put(item.delivery_id, payload={"generation": item.generation})
+    return requeued
+
+
+def list_dead(repo: DeliveryRepository, *, webhook_id: str | None = None, limit: int = 100) -> list[dict]:
+    """Dead deliveries, oldest first, for `onceonly redrive --list`."""
+    return repo.dead(webhook_id, limit)

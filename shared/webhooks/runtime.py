@@ -1,0 +1,42 @@
+"""The service as a Lambda container builds it: once, on first use, from the
+shared clients (appdb.clients) and the WEBHOOK_* settings."""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+from typing import Any
+
+from appdb.clients import coordination_store, db_pool
+
+from .config import WebhookConfig
+from .deliveries import DeliveryRepository
+from .sender import WebhookSender
+from .service import WebhookService
+
+
+@cache
+def _parts() -> tuple[WebhookConfig, DeliveryRepository, WebhookSender]:
+    config = WebhookConfig.from_env()
+    sender = WebhookSender(config.connect_timeout, config.read_timeout, config.ca_bundle)
+    return config, DeliveryRepository(db_pool()), sender
+
+
+def webhook_service(logger: logging.Logger | Any | None = None) -> WebhookService:
+    """The per-container service, logging through the handler's ``logger``."""
+    config, repo, sender = _parts()
+    queue = coordination_store().queue(config.queue_name)
+    return WebhookService(repo, queue, sender, config, logger=logger)
+
+
+def reset() -> None:
+    """Forget this process's clients (tests and the local CLI switch stores)."""
+    from appdb import clients
+
+    if _parts.cache_info().currsize:
+        _parts()[2].close()
+        _parts.cache_clear()
+    for build in (clients.db_pool, clients.coordination_store):
+        if build.cache_info().currsize:
+            build().close()
+            build.cache_clear()

@@ -1,0 +1,242 @@
+"""Dispatch and retry orchestration: who may attempt a delivery, and what its
+outcome does to the delivery record and the due queue.
+
+- Dispatch (SQS): the invocation whose INSERT created the delivery makes the
+  first attempt with fencing token 0, after putting a safety net in the due
+  queue (due when its attempt lease runs out), so a crash never loses it.
+- Retry (schedule): any number of workers claim due deliveries from the queue;
+  each claim stamps its token on the delivery before attempting, and every write
+  recording an outcome must still match that token.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from onceonly import Claim, Queue, QueueDepth
+
+from .backoff import RetryPolicy
+from .config import WebhookConfig
+from .deliveries import AttemptInput, DeliveryRepository, Outcome, delivery_id_for
+from .messages import DeliveryRequest, MalformedMessageError
+from .sender import SendResult, WebhookSender
+from .signing import signed_headers
+from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
+
+FINISHED = frozenset({"succeeded", "dead"})
+DISPATCH_TOKEN = 0  # queue items start at token 0; a claim's token is always >= 1
+
+
+class UnknownWebhookError(MalformedMessageError):
+    """The message names a subscription that does not exist."""
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    delivery_id: str
+    webhook_id: str
+    outcome: str  # succeeded | failed | gone | refused | disabled
+    status: str  # the status the attempt wanted to set
+    recorded: bool  # False: refused by the fence (a newer holder owns the delivery)
+    attempt: int | None
+    response_code: int | None
+    next_attempt_at: float | None
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    delivery_id: str
+    kind: str  # attempted | duplicate | requeued (a stranded delivery, see deliveries.sql)
+    attempt: AttemptReport | None = None
+
+
+@dataclass
+class RetryReport:
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    claims_contended: int = 0  # ack/retry refused: the item was re-granted meanwhile
+    leases_reclaimed: int = 0  # the previous holder never recorded its outcome
+    fenced_writes_refused: int = 0  # stamp or record refused: a newer holder exists
+    finished_elsewhere: int = 0  # claimed, but already succeeded/dead: acked
+    handed_back: int = 0  # claimed too close to the deadline: given back, due now
+    queue_depth: QueueDepth | None = None
+    attempts: list[AttemptReport] = field(default_factory=list)
+
+    def count(self, report: AttemptReport) -> None:
+        self.attempts.append(report)
+        if not report.recorded:
+            self.fenced_writes_refused += 1
+        elif report.status == "succeeded":
+            self.succeeded += 1
+        elif report.status == "dead":
+            self.dead += 1
+        else:
+            self.failed += 1
+
+
+class WebhookService:
+    def __init__(self, repo: DeliveryRepository, queue: Queue, sender: WebhookSender, config: WebhookConfig,
+                 *, logger: logging.Logger | Any | None = None, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None, resolver: Resolver | None = None) -> None:
+        self.repo = repo
+        self.queue = queue
+        self.sender = sender
+        self.config = config
+        self.log = logger or logging.getLogger(__name__)
+        self.clock = clock
+        self.policy = RetryPolicy(config.retry_schedule, config.max_retry_after, rng)
+        self.resolver = resolver
+
+    # -- dispatch -------------------------------------------------------------
+    def dispatch(self, request: DeliveryRequest) -> DispatchResult:
+        """Create the delivery of ``request`` and make its first attempt, once.
+        Raises UnknownWebhookError (the record fails alone and goes to the DLQ)."""
+        if self.repo.subscription(request.webhook_id) is None:
+            raise UnknownWebhookError(f"unknown webhook_id {request.webhook_id!r}")
+        delivery_id = self.repo.create(request)
+        if delivery_id is None:
+            return self._duplicate(delivery_id_for(request.webhook_id, request.event_id))
+        # The safety net first: if this invocation dies from here on, a retry
+        # worker claims the delivery when the lease runs out.
+        safety_net_due = self.clock() + self.config.attempt_lease
+        self.queue.put(delivery_id, due_at=safety_net_due, payload={"generation": 0})
+        report = self._attempt(delivery_id, generation=0, token=DISPATCH_TOKEN)
+        if report.recorded:
+            if report.status == "retrying":
+                self.queue.put(delivery_id, due_at=report.next_attempt_at, payload={"generation": 0})
+            else:
+                self.queue.cancel(delivery_id)
+        # Not recorded: a retry worker reclaimed it (we outlived our lease); the
+        # queue item is that worker's now, so leave it alone.
+        return DispatchResult(delivery_id, "attempted", report)
+
+    def _duplicate(self, delivery_id: str) -> DispatchResult:
+        if self.repo.is_stranded(delivery_id, self.config.attempt_lease):
+            self.queue.put(delivery_id, payload={"generation": 0})
+            self.log.warning("stranded delivery re-queued", extra={"delivery_id": delivery_id})
+            return DispatchResult(delivery_id, "requeued")
+        self.log.info("duplicate message: delivery exists", extra={"delivery_id": delivery_id})
+        return DispatchResult(delivery_id, "duplicate")
+
+    # -- retry ----------------------------------------------------------------
+    def run_retries(self, remaining_ms: Callable[[], int]) -> RetryReport:
+        """Claim due deliveries in batches and attempt them until nothing is due or
+        the invocation nears its deadline. Safe on any number of concurrent workers:
+        the queue hands each due item to one claimer, and the fence refuses the
+        writes of a holder whose lease was reclaimed."""
+        report = RetryReport()
+        needed = self.config.deadline_margin + self.config.attempt_budget
+        while remaining_ms() / 1000 > needed:
+            claims = self.queue.claim(limit=self.config.claim_batch, lease=self.config.attempt_lease)
+            if not claims:
+                break
+            report.claimed += len(claims)
+            to_ack: list[Claim] = []
+            for claim in claims:
+                if remaining_ms() / 1000 <= needed or claim.lease_expires_at - self.clock() <= \
+                        self.config.attempt_budget:
+                    # Too late to finish inside the deadline or the lease: hand it
+                    # back now instead of leaving it locked until the lease ends.
+                    if self.queue.retry(claim, due_at=self.clock()):
+                        report.handed_back += 1
+                    else:
+                        report.claims_contended += 1
+                    continue
+                retry_at = self._handle_claim(claim, report, to_ack)
+                if retry_at is not None and not self.queue.retry(claim, due_at=retry_at):
+                    report.claims_contended += 1
+            report.claims_contended += self.queue.ack_many(to_ack).count(False)
+        report.queue_depth = self.queue.depth()
+        return report
+
+    def _handle_claim(self, claim: Claim, report: RetryReport, to_ack: list[Claim]) -> float | None:
+        """Attempt one claimed delivery; returns the next due time, or None (acked or skipped)."""
+        generation = _generation_of(claim)
+        context = {"delivery_id": claim.item_id, "token": claim.token, "generation": generation}
+        previous = self.repo.stamp_fence(claim.item_id, generation, claim.token)
+        if previous is None:
+            state = self.repo.state(claim.item_id)
+            if state is None or state["generation"] > generation or state["status"] in FINISHED:
+                report.finished_elsewhere += 1
+                to_ack.append(claim)  # nothing left to do for this queue item
+            else:
+                report.fenced_writes_refused += 1
+                self.log.warning("claim fenced off: a newer holder stamped the delivery",
+                                 extra={**context, "fence_token": state["fence_token"]})
+            return None
+        if previous in ("pending", "attempting"):
+            report.leases_reclaimed += 1
+            self.log.info("lease reclaimed: the previous holder never recorded an outcome", extra=context)
+        attempt = self._attempt(claim.item_id, generation, claim.token)
+        report.count(attempt)
+        if not attempt.recorded:
+            return None
+        if attempt.status == "retrying":
+            return attempt.next_attempt_at
+        to_ack.append(claim)
+        return None
+
+    # -- one attempt ------------------------------------------------------------
+    def _attempt(self, delivery_id: str, generation: int, token: int) -> AttemptReport:
+        delivery = self.repo.load(delivery_id)
+        if delivery is None:
+            raise LookupError(f"delivery {delivery_id} vanished")  # only if someone deleted it by hand
+        started = self.clock()
+        outcome = self._try(delivery)
+        recorded = self.repo.record(delivery_id, generation, token, outcome, started)
+        if recorded.recorded and outcome.outcome == "gone":
+            self.repo.disable_subscription(delivery.webhook_id, "410 Gone from the endpoint")
+        report = AttemptReport(
+            delivery_id, delivery.webhook_id, outcome.outcome, outcome.status, recorded.recorded,
+            recorded.attempt, outcome.response_code, outcome.next_attempt_at)
+        self.log.log(
+            logging.INFO if recorded.recorded else logging.WARNING,
+            "attempt recorded" if recorded.recorded else "attempt outcome refused by the fence",
+            extra={"delivery_id": delivery_id, "webhook_id": delivery.webhook_id, "token": token,
+                   "generation": generation, "attempt": recorded.attempt, "outcome": outcome.outcome,
+                   "status": outcome.status, "response_code": outcome.response_code,
+                   "error": outcome.error},
+        )
+        return report
+
+    def _try(self, delivery: AttemptInput) -> Outcome:
+        """Make the request (or decide not to) and say what it means."""
+        subscription = delivery.subscription
+        attempts_made = delivery.attempts + 1
+        if not subscription.enabled:
+            return Outcome("disabled", "dead", None, "subscription disabled", None)
+        try:
+            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver)
+        except UnsafeTargetError as exc:
+            return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
+        except UnresolvableHostError as exc:
+            return self._failure(SendResult(None, str(exc)), attempts_made)
+        body = delivery.body()
+        headers = signed_headers(subscription.secret, delivery.id, body, self.clock())
+        result = self.sender.post(target, body, headers)
+        if result.ok:
+            return Outcome("succeeded", "succeeded", result.status_code, None, None)
+        if result.status_code == 410:
+            return Outcome("gone", "dead", 410, "410 Gone: subscription disabled", None)
+        return self._failure(result, attempts_made)
+
+    def _failure(self, result: SendResult, attempts_made: int) -> Outcome:
+        delay = self.policy.next_delay(attempts_made, result.retry_after)
+        if delay is None:
+            return Outcome("failed", "dead", result.status_code,
+                           f"{result.error} (last of {self.policy.max_attempts} attempts)", None)
+        return Outcome("failed", "retrying", result.status_code, result.error, self.clock() + delay)
+
+
+def _generation_of(claim: Claim) -> int:
+    payload = claim.payload
+    if isinstance(payload, dict) and isinstance(payload.get("generation"), int):
+        return int(payload["generation"])
+    return 0

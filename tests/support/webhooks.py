@@ -1,0 +1,126 @@
+"""Test helpers for webhook delivery: subscriptions with unique ids, SQS-shaped
+events, the environment the handlers read, and queries of one test's own rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from onceonly_cli.lambda_runtime import Handler, LambdaContext, load_handler
+
+from . import REPO_ROOT
+
+DISPATCH_DIR = REPO_ROOT / "functions" / "webhook_dispatch"
+RETRY_DIR = REPO_ROOT / "functions" / "webhook_retry"
+EVENTS_DIR = REPO_ROOT / "events"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(6)}"
+
+
+def create_subscription(postgres_url: str, url: str, secret: str, *, enabled: bool = True,
+                        webhook_id: str | None = None) -> str:
+    webhook_id = webhook_id or new_id("wh")
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO webhook_subscriptions (id, url, secret, enabled) VALUES (%s, %s, %s, %s)",
+                     (webhook_id, url, secret, enabled))
+    return webhook_id
+
+
+def message(webhook_id: str, event_id: str, event_type: str = "invoice.paid",
+            payload: Any = None) -> str:
+    return json.dumps({"webhook_id": webhook_id, "event_id": event_id, "event_type": event_type,
+                       "payload": payload if payload is not None else {"invoice": event_id, "amount": 4200}})
+
+
+def sqs_event(bodies: list[str]) -> dict[str, Any]:
+    """An SQS event as Lambda delivers it (the shape of events/webhook_dispatch.json)."""
+    template = json.loads((EVENTS_DIR / "webhook_dispatch.json").read_text())["Records"][0]
+    records = []
+    for body in bodies:
+        record = json.loads(json.dumps(template))
+        record.update(messageId=str(uuid.uuid4()), receiptHandle=secrets.token_hex(16), body=body)
+        records.append(record)
+    return {"Records": records}
+
+
+def scheduled_event() -> dict[str, Any]:
+    return json.loads((EVENTS_DIR / "webhook_retry.json").read_text())
+
+
+def webhook_env(postgres_url: str, store_url: str, **overrides: str) -> dict[str, str]:
+    """What the handlers read: stores, and short leases/schedules for tests."""
+    env = {
+        "DATABASE_URL": postgres_url,
+        "ONCEONLY_STORE_URL": store_url,
+        "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1,localhost",
+        "WEBHOOK_CONNECT_TIMEOUT": "2",
+        "WEBHOOK_READ_TIMEOUT": "5",
+        "WEBHOOK_ATTEMPT_LEASE": "30",
+        "WEBHOOK_CLAIM_BATCH": "4",
+        "WEBHOOK_DEADLINE_MARGIN": "1",
+        "WEBHOOK_RETRY_SCHEDULE": "0.2,0.2,0.2",
+        "POWERTOOLS_METRICS_NAMESPACE": "onceonly-test",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }
+    env.update(overrides)
+    return env
+
+
+def deliveries(postgres_url: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    with psycopg.connect(postgres_url) as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute("SELECT * FROM webhook_deliveries WHERE id = ANY(%s)", (ids,))
+        return {row["id"]: row for row in cur.fetchall()}
+
+
+def deliveries_for(postgres_url: str, webhook_ids: list[str]) -> list[dict[str, Any]]:
+    with psycopg.connect(postgres_url) as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute("SELECT * FROM webhook_deliveries WHERE webhook_id = ANY(%s) ORDER BY id", (webhook_ids,))
+        return cur.fetchall()
+
+
+def attempts(postgres_url: str, delivery_ids: list[str]) -> list[dict[str, Any]]:
+    with psycopg.connect(postgres_url) as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute("SELECT * FROM webhook_attempts WHERE delivery_id = ANY(%s) ORDER BY id", (delivery_ids,))
+        return cur.fetchall()
+
+
+def subscription(postgres_url: str, webhook_id: str) -> dict[str, Any]:
+    with psycopg.connect(postgres_url) as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute("SELECT * FROM webhook_subscriptions WHERE id = %s", (webhook_id,))
+        row = cur.fetchone()
+        assert row is not None
+        return row
+
+
+@contextmanager
+def lambda_env(env: dict[str, str]) -> Iterator[tuple[Handler, Handler]]:
+    """Load the real dispatch and retry handlers in this process with ``env`` set,
+    with fresh per-container clients; restores everything afterwards."""
+    from webhooks import runtime
+
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    runtime.reset()
+    try:
+        yield load_handler(DISPATCH_DIR, "app.handler"), load_handler(RETRY_DIR, "app.handler")
+    finally:
+        runtime.reset()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def context(name: str, timeout: float = 60.0) -> LambdaContext:
+    return LambdaContext(function_name=name, timeout_seconds=timeout)
