@@ -14,22 +14,21 @@ files afterwards; nothing is counted in shared memory.
 
 from __future__ import annotations
 
-import json
-import multiprocessing
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+
 from onceonly.stores.redis import RedisStore
+
+from .race import History, run_workers
 
 pytestmark = pytest.mark.concurrency
 
-CTX = multiprocessing.get_context("spawn")  # no inherited sockets: each worker connects itself
 WORKERS = 8
 ITEMS = 400
 BATCH = 10
@@ -39,38 +38,9 @@ CLAIM_ROUNDS = 3
 # claim of an item can then only be a double grant, never a legitimate reclaim.
 CLAIM_LEASE = 600.0
 BARRIER_TIMEOUT = 60.0
-JOIN_TIMEOUT = 120.0
 
 
-# -- harness ------------------------------------------------------------------
-def _log(history: Any, **event: Any) -> None:
-    history.write(json.dumps(event) + "\n")
-    history.flush()
-
-
-def _race(target: Callable[..., None], history_dir: Path, *args: Any) -> list[dict[str, Any]]:
-    """Run ``target(worker_no, barrier, history_path, *args)`` in WORKERS processes and
-    return every history event, each tagged with its worker's number."""
-    history_dir.mkdir(parents=True)
-    barrier = CTX.Barrier(WORKERS)
-    procs = [CTX.Process(target=target, args=(n, barrier, history_dir / f"{n}.jsonl", *args))
-             for n in range(WORKERS)]
-    for proc in procs:
-        proc.start()
-    deadline = time.monotonic() + JOIN_TIMEOUT
-    for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
-    hung = [proc for proc in procs if proc.is_alive()]
-    for proc in hung:
-        proc.kill()
-        proc.join()
-    assert not hung, f"{len(hung)} workers still running after {JOIN_TIMEOUT:.0f}s"
-    assert [proc.exitcode for proc in procs] == [0] * WORKERS, "a worker crashed; see its traceback above"
-    return [dict(json.loads(line), worker=int(path.stem))
-            for path in sorted(history_dir.glob("*.jsonl"))
-            for line in path.read_text(encoding="utf-8").splitlines()]
-
-
+# -- checks ---------------------------------------------------------------------
 def _items_got_by_several_workers(events: list[dict[str, Any]]) -> dict[str, set[int]]:
     workers_by_item: dict[str, set[int]] = defaultdict(set)
     for event in events:
@@ -86,13 +56,14 @@ def _item_ids(prefix: str) -> list[str]:
 def _field_code_worker(worker_no: int, barrier: Any, history_path: Path, redis_url: str, key: str) -> None:
     """The old field code: read a batch, then remove it in a second round trip."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
+    history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)
-    with history_path.open("a", encoding="utf-8") as history:
-        while ids := client.zrangebyscore(key, "-inf", time.time(), start=0, num=BATCH):
-            client.zrem(key, *ids)  # the result was ignored, as the field code did
-            for item in ids:
-                _log(history, item=item)
+    while ids := client.zrangebyscore(key, "-inf", time.time(), start=0, num=BATCH):
+        client.zrem(key, *ids)  # the result was ignored, as the field code did
+        for item in ids:
+            history.write(worker=worker_no, item=item)
     client.close()
+    history.close()
 
 
 def _claim_worker(
@@ -102,15 +73,16 @@ def _claim_worker(
     by one, even workers with ack_many, so both paths race."""
     store = RedisStore.from_url(redis_url)
     queue = store.queue(queue_name)
+    history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)
-    with history_path.open("a", encoding="utf-8") as history:
-        while claims := queue.claim(limit=BATCH, lease=CLAIM_LEASE):
-            for c in claims:
-                _log(history, event="claim", item=c.item_id, token=c.token, owner=c.owner, attempt=c.attempt)
-            acked = queue.ack_many(claims) if worker_no % 2 == 0 else [queue.ack(c) for c in claims]
-            for c, ok in zip(claims, acked, strict=True):
-                _log(history, event="ack", item=c.item_id, ok=ok)
+    while claims := queue.claim(limit=BATCH, lease=CLAIM_LEASE):
+        for c in claims:
+            history.write(event="claim", worker=worker_no, item=c.item_id, token=c.token, attempt=c.attempt)
+        acked = queue.ack_many(claims) if worker_no % 2 == 0 else [queue.ack(c) for c in claims]
+        for c, ok in zip(claims, acked, strict=True):
+            history.write(event="ack", worker=worker_no, item=c.item_id, ok=ok)
     store.close()
+    history.close()
 
 
 # -- tests ---------------------------------------------------------------------------
@@ -128,7 +100,7 @@ def test_field_code_hands_one_item_to_two_workers(redis_url: str, client: Any, t
         past = time.time() - 60
         client.zadd(key, {item: past + n / 1000 for n, item in enumerate(items)})
         try:
-            events = _race(_field_code_worker, tmp_path / f"round-{round_no}", redis_url, key)
+            events = run_workers(_field_code_worker, WORKERS, tmp_path / f"round-{round_no}", redis_url, key)
         finally:
             client.delete(key)
         assert {e["item"] for e in events} == set(items)  # the bug duplicates; it does not lose
@@ -149,7 +121,7 @@ def test_queue_claim_hands_each_item_to_exactly_one_worker(
         for item in items:
             queue.put(item, payload={"item": item})
         try:
-            events = _race(_claim_worker, tmp_path / f"round-{round_no}", redis_url, queue_name)
+            events = run_workers(_claim_worker, WORKERS, tmp_path / f"round-{round_no}", redis_url, queue_name)
             assert queue.depth().total == 0
         finally:
             client.delete(queue._due_key, queue._items_key, queue._inflight_key)
