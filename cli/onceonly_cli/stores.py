@@ -83,6 +83,7 @@ def open_store(url: str, *, setup: bool) -> onceonly.Store:
 
 def migrate_database(url: str) -> None:
     import psycopg
+
     from appdb.migrate import migrate
 
     try:

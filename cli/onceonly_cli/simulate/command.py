@@ -1,0 +1,171 @@
+"""`onceonly simulate`: stack up, seed, start the replicas, drive them until all
+work is finished, judge, report. Ctrl-C (or any error) stops every replica and
+server it started before returning."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import secrets
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import onceonly
+
+from ..errors import CliError
+from ..servers import REPO_ROOT
+from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
+from .html_report import render_html
+from .loadgen import CronJob, Driver
+from .replicas import ReplicaPool, ReplicaStartError
+from .report import build_report
+from .report_text import print_report
+from .stack import Stack, start_stack
+from .webhook_load import WebhookLoad
+
+INVARIANT_BROKEN = 3
+POLL_EVERY = 0.5  # seconds between database checks of what is still unfinished
+CONNECT_TIMEOUT = 0.5
+CLAIM_BATCH = 2
+RETRY_SCHEDULE = "0.2,0.5,1.0"  # seconds; 4 attempts, then dead-lettered
+
+
+def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]:
+    """WEBHOOK_* for the replicas: timeouts that fit the receiver's latency, and a
+    lease the config accepts (it must exceed claim batch x (connect + read))."""
+    read_timeout = max(1.0, receiver_latency * 4 + 0.5)
+    lease = CLAIM_BATCH * (CONNECT_TIMEOUT + read_timeout) + 1.0
+    return {
+        "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
+        "WEBHOOK_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
+        "WEBHOOK_READ_TIMEOUT": str(read_timeout),
+        "WEBHOOK_CLAIM_BATCH": str(CLAIM_BATCH),
+        "WEBHOOK_ATTEMPT_LEASE": str(lease),
+        "WEBHOOK_DEADLINE_MARGIN": "1",
+        "WEBHOOK_RETRY_SCHEDULE": RETRY_SCHEDULE,
+        "WEBHOOK_QUEUE": queue_name,
+    }
+
+
+def replica_env(stack: Stack, specs: dict[str, Any], extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("AWS_PROFILE", None)
+    for spec in specs.values():
+        env.update(spec.environment)
+    layers = sorted({str(path) for spec in specs.values() for path in spec.layers})
+    env.update(
+        DATABASE_URL=stack.database_url,
+        ONCEONLY_STORE_URL=stack.store_url,
+        # Never real AWS: dummy credentials, and moto's server for every AWS call.
+        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_SESSION_TOKEN="testing",
+        AWS_DEFAULT_REGION="us-east-1", AWS_REGION="us-east-1",
+        POWERTOOLS_LOG_LEVEL="WARNING",  # logs go to files; INFO per record costs CPU on 2 cores
+        POWERTOOLS_METRICS_NAMESPACE="onceonly-simulate",
+        PYTHONPATH=os.pathsep.join([*layers, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]),
+        ONCEONLY_SIMULATE_FUNCTIONS=json.dumps([
+            {"logical_id": s.logical_id, "code_dir": str(s.code_dir), "handler": s.handler, "timeout": s.timeout}
+            for s in specs.values()]),
+    )
+    if stack.aws_endpoint:
+        # Only the services the jobs use; a dynamodb:// store keeps its own endpoint_url.
+        env["AWS_ENDPOINT_URL_SES"] = env["AWS_ENDPOINT_URL_SQS"] = stack.aws_endpoint
+    env.update(extra)
+    return env
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else secrets.randbits(32)
+    rng = random.Random(seed)
+    run_id = secrets.token_hex(3)
+    console = Console(stderr=True)
+    specs = simulated_functions(REPO_ROOT / "template.yaml")
+    config = {"events": args.events, "replicas": args.replicas, "receiver_latency": args.receiver_latency,
+              "failure_rate": args.failure_rate, "crash_rate": args.crash_rate, "seed": seed, "run_id": run_id}
+    with ExitStack() as cleanup:
+        with console.status("starting the stack (embedded PostgreSQL, receiver, moto)…"):
+            stack = start_stack(args.database, args.store)
+        cleanup.callback(stack.close)
+        config.update(store=stack.store_kind, database="embedded" if stack.embedded_database else "external")
+        load = WebhookLoad(run_id, rng)
+        load.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
+        messages = load.messages(args.events)
+        queue_name = f"sim-{run_id}-webhook-retries"
+        env = replica_env(stack, specs, webhook_settings(args.receiver_latency, queue_name))
+        cron_jobs = [CronJob(fid, job, []) for fid, job in CRON_JOBS.items() if fid in specs]
+        timeouts = {s.logical_id: s.timeout for s in specs.values()}
+        report = _drive(args, console, stack, env, timeouts, load, messages, queue_name, rng, config, cron_jobs,
+                        cleanup)
+    if args.report:
+        _write(args.report, render_html(report))
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print_report(report, Console())
+    return 0 if report["ok"] else INVARIANT_BROKEN
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot write the report to {path}: {exc.strerror}") from None
+
+
+def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[str, str],
+           timeouts: dict[str, float], load: WebhookLoad, messages: list[Any], queue_name: str,
+           rng: random.Random, config: dict[str, Any], cron_jobs: list[CronJob], cleanup: ExitStack) -> dict[str, Any]:
+    progress = Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console, transient=False)
+    cleanup.enter_context(progress)
+    started_task = progress.add_task("replicas started", total=args.replicas)
+    pool = ReplicaPool(args.replicas, env, stack.work_dir, crash_rate=args.crash_rate, rng=rng,
+                       timeouts=timeouts, on_start=lambda _i: None)
+    cleanup.callback(pool.stop)
+    pool_started = time.time()
+    try:
+        pool.start()
+    except ReplicaStartError as exc:
+        log = stack.work_dir / "replica-0.log"
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.exists() else []
+        raise CliError(f"{exc}: {tail[0] if tail else 'no log'}") from None
+    progress.update(started_task, completed=args.replicas)
+    driver = Driver(pool, rng, DISPATCH, RETRY if RETRY in timeouts else None, cron_jobs,
+                    max_batches_in_flight=2 * args.replicas, on_feed=load.on_feed)
+    driver.enqueue(messages)
+    fed_task = progress.add_task("events fed", total=load.events_in)
+    done_task = progress.add_task("deliveries finished", total=load.events_in)
+    store = onceonly.connect(stack.store_url)
+    cleanup.callback(store.close)
+    retry_queue = store.queue(queue_name)
+    conn = psycopg.connect(stack.database_url, autocommit=True)
+    cleanup.callback(conn.close)
+    start = time.time()
+    deadline = time.monotonic() + args.time_limit
+    next_poll = 0.0
+    drained = False
+    while time.monotonic() < deadline:
+        driver.step(feed_cron=True)
+        progress.update(fed_task, completed=len(load.first_sent))
+        if time.monotonic() < next_poll:
+            continue
+        next_poll = time.monotonic() + POLL_EVERY
+        unfinished, total = load.unfinished(conn)
+        progress.update(done_task, completed=total - unfinished)
+        if driver.idle and unfinished == 0 and total >= load.events_in and retry_queue.depth().total == 0:
+            drained = True
+            break
+    finished = time.time()
+    pool.stop()
+    facts = load.facts(conn, stack.receiver, driver.messages_sent, driver.sqs_dead_letters)
+    config["startup_seconds"] = round(start - pool_started, 2)
+    return build_report(config=config, started=start, finished=finished, replicas=args.replicas,
+                        deliveries=facts, ticks=driver.ticks, effects=[], invocations=driver.invocations,
+                        kills=pool.kills, restarts=pool.restarts, drained=drained)

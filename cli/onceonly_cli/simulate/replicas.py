@@ -1,0 +1,251 @@
+"""The parent's side of the replicas: N processes running the real handlers, a
+thread per replica feeding it one invocation at a time, SIGKILL at random
+points (the crash injection) and a restart after every death.
+
+The pool plays the Lambda service: an invocation either returns, raises, or
+dies with its replica; the caller (the SQS/EventBridge stand-ins in
+loadgen.py) decides what is redelivered."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+READY_TIMEOUT = 60.0  # importing boto3/psycopg/powertools on a busy 2-core box
+TIMEOUT_GRACE = 2.0
+
+
+class ReplicaStartError(RuntimeError):
+    pass
+
+
+@dataclass
+class Invocation:
+    function: str
+    event: Any
+    on_done: Callable[[InvocationResult], None]
+    replica: int | None = None  # pin to one replica (duplicate ticks go to several)
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class InvocationResult:
+    invocation: Invocation
+    replica: int
+    ok: bool
+    response: Any = None
+    error: str | None = None
+    crashed: bool = False  # the replica was SIGKILLed (or died) during the invocation
+    started: float = 0.0
+    finished: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Replica:
+    """One replica process and its socket."""
+
+    def __init__(self, index: int, env: dict[str, str], log_dir: Path) -> None:
+        self.index = index
+        parent_sock, child_sock = socket.socketpair()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "onceonly_cli.simulate.replica", "--fd", str(child_sock.fileno()),
+             "--log", str(log_dir / f"replica-{index}.log")],
+            env=env, pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL,
+            # Its own session: a terminal Ctrl-C reaches only the parent, which stops
+            # every replica itself; a replica whose parent died reads EOF and exits.
+            start_new_session=True,
+        )
+        child_sock.close()
+        self.sock = parent_sock
+        self.reader = parent_sock.makefile("r", encoding="utf-8")
+        self.writer = parent_sock.makefile("w", encoding="utf-8")
+
+    def wait_ready(self) -> None:
+        self.sock.settimeout(READY_TIMEOUT)
+        try:
+            line = self.reader.readline()
+        except TimeoutError:
+            line = ""
+        if not line:
+            self.kill()
+            raise ReplicaStartError(f"replica {self.index} did not start: see its log")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.sock.close()
+
+
+class ReplicaPool:
+    def __init__(self, count: int, env: dict[str, str], log_dir: Path, *, crash_rate: float,
+                 rng: random.Random, timeouts: dict[str, float], on_start: Callable[[int], None] | None = None):
+        self._env = env
+        self._log_dir = log_dir
+        self._crash_rate = crash_rate
+        self._rng = rng
+        self._rng_lock = threading.Lock()
+        self._timeouts = timeouts
+        self._on_start = on_start
+        self._cond = threading.Condition()
+        self._shared: deque[Invocation] = deque()
+        self._pinned: list[deque[Invocation]] = [deque() for _ in range(count)]
+        self._replicas: list[Replica | None] = [None] * count
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+        self._next_id = 0
+        self.kills = 0
+        self.restarts = 0
+        self.pending = 0
+
+    @property
+    def size(self) -> int:
+        return len(self._replicas)
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> None:
+        """Start every replica in parallel and wait until each has imported its handlers."""
+        fresh = [Replica(i, self._env, self._log_dir) for i in range(self.size)]
+        self._replicas = list(fresh)
+        for replica in fresh:
+            replica.wait_ready()
+            if self._on_start:
+                self._on_start(replica.index)
+        for index in range(self.size):
+            thread = threading.Thread(target=self._serve, args=(index,), name=f"replica-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for replica in self._replicas:
+            if replica is not None:
+                replica.kill()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def pids(self) -> list[int]:
+        return [r.proc.pid for r in self._replicas if r is not None and r.proc.poll() is None]
+
+    # -- invocations --------------------------------------------------------
+    def submit(self, invocation: Invocation) -> None:
+        with self._cond:
+            self._next_id += 1
+            invocation.id = self._next_id
+            self.pending += 1
+            if invocation.replica is None:
+                self._shared.append(invocation)
+            else:
+                self._pinned[invocation.replica % self.size].append(invocation)
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def _next(self, index: int) -> Invocation | None:
+        with self._cond:
+            while not self._stopping:
+                if self._pinned[index]:
+                    return self._pinned[index].popleft()
+                if self._shared:
+                    return self._shared.popleft()
+                self._cond.wait()
+        return None
+
+    def _serve(self, index: int) -> None:
+        while (invocation := self._next(index)) is not None:
+            result = self._run(index, invocation)
+            try:
+                invocation.on_done(result)
+            finally:
+                with self._cond:
+                    self.pending -= 1
+                    self._cond.notify_all()
+
+    def _crash_delay(self) -> float | None:
+        with self._rng_lock:
+            if self._rng.random() >= self._crash_rate:
+                return None
+            # Random points: during imports-warm handler work, HTTP calls, DB writes.
+            return self._rng.uniform(0.0, 0.15)
+
+    def _run(self, index: int, invocation: Invocation) -> InvocationResult:
+        replica = self._replicas[index]
+        assert replica is not None
+        killed = threading.Event()
+        done = threading.Event()
+
+        def crash() -> None:
+            if not done.is_set():
+                killed.set()
+                replica.proc.send_signal(signal.SIGKILL)
+
+        delay = self._crash_delay()
+        timer = threading.Timer(delay, crash) if delay is not None else None
+        started = time.time()
+        request = {"id": invocation.id, "function": invocation.function, "event": invocation.event}
+        line = ""
+        try:
+            replica.sock.settimeout(self._timeouts.get(invocation.function, 60.0) + TIMEOUT_GRACE)
+            replica.writer.write(json.dumps(request) + "\n")
+            replica.writer.flush()
+            if timer:
+                timer.start()
+            line = replica.reader.readline()
+        except (OSError, TimeoutError):
+            line = ""
+        finally:
+            done.set()
+            if timer:
+                timer.cancel()
+        if line:
+            reply = json.loads(line)
+            return InvocationResult(invocation, index, bool(reply["ok"]), reply.get("response"),
+                                    reply.get("error"), False, reply["started"], reply["finished"],
+                                    reply.get("metrics") or {})
+        # The replica died (our SIGKILL), or hung past its timeout: replace it.
+        if killed.is_set():
+            self.kills += 1
+        self._restart(index)
+        return InvocationResult(invocation, index, False, error="replica killed" if killed.is_set() else
+                                "replica died or timed out", crashed=True, started=started, finished=time.time())
+
+    def _restart(self, index: int) -> None:
+        old = self._replicas[index]
+        if old is not None:
+            old.kill()
+        if self._stopping:
+            return
+        fresh = Replica(index, self._env, self._log_dir)
+        self._replicas[index] = fresh
+        fresh.wait_ready()
+        self.restarts += 1
+        if self._on_start:
+            self._on_start(index)
+
+
+def child_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(extra)
+    return env

@@ -1,0 +1,202 @@
+"""The simulation's verdict: the exactly-once invariants, checked from what the
+receiver saw, what the databases hold and what each invocation answered, plus
+the numbers for the charts. A report is plain JSON-able data."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+BUCKET_SECONDS = 1.0
+LATENCY_BINS = 20
+
+
+@dataclass
+class DeliveryFacts:
+    """What the run produced on the webhook side, before judging it."""
+
+    events_in: int  # distinct (webhook_id, event_id) fed
+    messages_sent: int  # SQS messages, duplicates and redeliveries included
+    duplicate_messages: int  # deliberate duplicates among them
+    expected_ids: set[str]  # the delivery (webhook-)ids the events must produce
+    statuses: dict[str, str]  # delivery id -> status in the domain database
+    accepted: Counter[str]  # webhook-id -> requests the receiver answered 2xx
+    requests: int  # every request the receiver got
+    unverified: int  # requests whose signature did not verify
+    first_sent: dict[str, float]  # delivery id -> when its event was first fed
+    first_accepted: dict[str, float]  # delivery id -> when the receiver first answered 2xx
+    fenced_refused: int  # outcome writes refused by the fence (webhook_attempts.recorded = false)
+    sqs_dead_letters: int  # messages that exhausted maxReceiveCount
+
+
+@dataclass
+class TickFacts:
+    job: str
+    tick: str
+    deliveries: int  # invocations of this tick (duplicates included)
+    statuses: Counter[str]  # ran / skipped / superseded / crashed / error
+    effects: dict[str, int] = field(default_factory=dict)  # measured for this tick
+
+
+@dataclass
+class EffectCheck:
+    job: str
+    what: str
+    expected: int
+    actual: int
+
+    @property
+    def ok(self) -> bool:
+        return self.expected == self.actual
+
+
+@dataclass
+class InvocationFacts:
+    replica: int
+    function: str
+    finished: float
+    crashed: bool
+    ok: bool
+    metrics: dict[str, float]
+
+
+@dataclass
+class Invariant:
+    name: str
+    ok: bool
+    detail: str
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _histogram(values: list[float], bins: int = LATENCY_BINS) -> list[dict[str, float]]:
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    width = (high - low) / bins or 1e-3
+    counts = [0] * bins
+    for v in values:
+        counts[min(bins - 1, int((v - low) / width))] += 1
+    return [{"from_ms": round((low + i * width) * 1000, 2), "to_ms": round((low + (i + 1) * width) * 1000, 2),
+             "count": c} for i, c in enumerate(counts)]
+
+
+def _timeline(first_accepted: dict[str, float], invocations: list[InvocationFacts], start: float,
+              replicas: int) -> dict[str, Any]:
+    """Deliveries per second overall (first 2xx at the receiver) and per replica
+    (the deliveries_succeeded metric of the invocations each replica finished)."""
+    last = max([*first_accepted.values(), *(i.finished for i in invocations), start])
+    buckets = max(1, math.ceil((last - start) / BUCKET_SECONDS))
+    total = [0] * buckets
+    per_replica = [[0] * buckets for _ in range(replicas)]
+    for t in first_accepted.values():
+        total[min(buckets - 1, int((t - start) / BUCKET_SECONDS))] += 1
+    for inv in invocations:
+        value = int(inv.metrics.get("deliveries_succeeded", 0))
+        if value and 0 <= inv.replica < replicas:
+            per_replica[inv.replica][min(buckets - 1, max(0, int((inv.finished - start) / BUCKET_SECONDS)))] += value
+    return {"bucket_seconds": BUCKET_SECONDS, "total": total, "per_replica": per_replica}
+
+
+def build_report(*, config: dict[str, Any], started: float, finished: float, replicas: int,
+                 deliveries: DeliveryFacts, ticks: list[TickFacts], effects: list[EffectCheck],
+                 invocations: list[InvocationFacts], kills: int, restarts: int,
+                 drained: bool) -> dict[str, Any]:
+    d = deliveries
+    statuses = Counter(d.statuses.values())
+    missing = sorted(d.expected_ids - d.statuses.keys())
+    unexpected = sorted(d.statuses.keys() - d.expected_ids)
+    succeeded = {i for i, s in d.statuses.items() if s == "succeeded"}
+    dead = {i for i, s in d.statuses.items() if s == "dead"}
+    unfinished = sorted(i for i in d.expected_ids & d.statuses.keys() if i not in succeeded | dead)
+    never_received = sorted(i for i in succeeded if d.accepted.get(i, 0) == 0)
+    lost = sorted(set(missing) | set(unfinished) | set(never_received))
+    duplicates = {i: n for i, n in d.accepted.items() if n > 1}
+    extra_posts = sum(n - 1 for n in duplicates.values())
+    latencies = [d.first_accepted[i] - d.first_sent[i] for i in d.first_accepted if i in d.first_sent]
+    metric_totals: Counter[str] = Counter()
+    for inv in invocations:
+        metric_totals.update(inv.metrics)
+    duration = max(finished - started, 1e-9)
+
+    invariants = [
+        Invariant("one delivery per event", not missing and not unexpected and len(d.statuses) == d.events_in,
+                  f"{d.events_in} distinct events, {len(d.statuses)} deliveries"
+                  + (f", {len(missing)} missing" if missing else "") + (f", {len(unexpected)} unexpected"
+                                                                          if unexpected else "")),
+        Invariant("no lost deliveries", not lost,
+                  f"{len(lost)} lost ({len(unfinished)} unfinished, {len(never_received)} marked succeeded "
+                  f"but never received)" if lost else "every delivery succeeded or was dead-lettered"),
+        # A repeat POST with the same webhook-id is the documented at-least-once
+        # case: the sender died after the receiver answered. Each needs a crash.
+        Invariant("duplicate POSTs only after crashes", extra_posts <= kills,
+                  f"{extra_posts} repeat 2xx POSTs, {kills} replicas killed"),
+        Invariant("every request signed", d.unverified == 0, f"{d.unverified} requests failed verification"),
+    ]
+    tick_rows = []
+    bad_ticks = []
+    for t in ticks:
+        ran, superseded = t.statuses.get("ran", 0), t.statuses.get("superseded", 0)
+        ok = ran == 1 and superseded == 0
+        if not ok:
+            bad_ticks.append(f"{t.job}@{t.tick}: ran {ran}, superseded {superseded}")
+        tick_rows.append({"job": t.job, "tick": t.tick, "deliveries": t.deliveries, "statuses": dict(t.statuses),
+                          "effects": t.effects, "ok": ok})
+    if ticks:
+        invariants.append(Invariant("each cron tick ran once", not bad_ticks,
+                                    "; ".join(bad_ticks[:5]) or f"{len(ticks)} ticks, each ran exactly once"))
+    bad_effects = [f"{e.job} {e.what}: expected {e.expected}, got {e.actual}" for e in effects if not e.ok]
+    if effects:
+        invariants.append(Invariant("cron effects: one set", not bad_effects,
+                                    "; ".join(bad_effects[:5]) or f"{len(effects)} effect counts as expected"))
+    invariants.append(Invariant("drained", drained, "all work finished before the drain deadline" if drained
+                                else "work was still pending at the drain deadline"))
+
+    return {
+        "ok": all(i.ok for i in invariants),
+        "config": config,
+        "duration_seconds": round(duration, 3),
+        "invariants": [asdict(i) for i in invariants],
+        "webhooks": {
+            "events_in": d.events_in,
+            "messages_sent": d.messages_sent,
+            "duplicate_messages": d.duplicate_messages,
+            "deliveries": len(d.statuses),
+            "deliveries_made": len(succeeded),
+            "dead_letters": len(dead),
+            "sqs_dead_letters": d.sqs_dead_letters,
+            "status_counts": dict(statuses),
+            "receiver_requests": d.requests,
+            "duplicates_by_webhook_id": dict(sorted(duplicates.items())),
+            "duplicate_posts": extra_posts,
+            "lost_deliveries": len(lost),
+            "lost_ids": lost[:20],
+            "fenced_writes_refused": d.fenced_refused,
+        },
+        "cron": {"ticks": tick_rows, "effects": [{**asdict(e), "ok": e.ok} for e in effects]},
+        "replicas": {"count": replicas, "killed": kills, "restarted": restarts},
+        "leases_reclaimed": int(metric_totals.get("leases_reclaimed", 0)),
+        "fenced_writes_refused": d.fenced_refused + int(sum(t.statuses.get("superseded", 0) for t in ticks)),
+        "throughput_per_second": round(len(d.first_accepted) / duration, 2),
+        "latency_ms": {
+            "p50": _ms(percentile(latencies, 50)),
+            "p99": _ms(percentile(latencies, 99)),
+            "max": _ms(max(latencies) if latencies else None),
+            "histogram": _histogram(latencies),
+        },
+        "timeline": _timeline(d.first_accepted, invocations, started, replicas),
+        "metrics": {k: round(v, 3) for k, v in sorted(metric_totals.items())},
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)

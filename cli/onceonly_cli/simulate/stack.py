@@ -1,0 +1,85 @@
+"""The servers a simulation runs against, started and stopped together:
+PostgreSQL (embedded by default; it holds the domain data and, unless --store
+says otherwise, the coordination store), the webhook receiver, and moto's
+server for the AWS calls the jobs make (SES, SQS), all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CliError
+from ..servers import LocalServers, ServerSetupError, free_port
+from ..stores import check_database, migrate_database, open_store
+
+
+@dataclass
+class Stack:
+    database_url: str
+    store_url: str
+    embedded_database: bool
+    work_dir: Path
+    servers: LocalServers
+    receiver: Any  # receiver.WebhookReceiver
+    aws_endpoint: str | None = None
+    _closers: list[Any] = field(default_factory=list)
+
+    @property
+    def store_kind(self) -> str:
+        return self.store_url.split(":", 1)[0]
+
+    def close(self) -> None:
+        """Stop everything this stack started, newest first; never raises."""
+        for close in reversed(self._closers):
+            with contextlib.suppress(Exception):
+                close()
+        self._closers.clear()
+        self.servers.stop()
+
+
+def start_stack(database: str | None, store: str | None) -> Stack:
+    from ..receiver import WebhookReceiver
+
+    servers = LocalServers()
+    work = tempfile.TemporaryDirectory(prefix="onceonly-simulate-")
+    closers: list[Any] = [work.cleanup]
+    try:
+        embedded = database is None
+        try:
+            database_url = servers.postgres(database, embedded=True)
+        except ServerSetupError as exc:
+            raise CliError(str(exc)) from None
+        store_url = store or database_url
+        check_database(database_url)
+        migrate_database(database_url)
+        open_store(store_url, setup=True).close()
+        receiver = WebhookReceiver().start()
+        # A SIGKILLed replica resets its keep-alive connection; http.server would
+        # print each reset as a traceback over the progress bars.
+        receiver._server.handle_error = lambda request, client_address: None
+        closers.append(receiver.stop)
+        stack = Stack(database_url, store_url, embedded, Path(work.name), servers, receiver, _closers=closers)
+        stack.aws_endpoint = _start_moto(closers)
+        return stack
+    except BaseException:
+        for close in reversed(closers):
+            with contextlib.suppress(Exception):
+                close()
+        servers.stop()
+        raise
+
+
+def _start_moto(closers: list[Any]) -> str | None:
+    """moto's server for SES and SQS, so the jobs' boto3 calls stay on 127.0.0.1."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        return None
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    closers.append(server.stop)
+    return f"http://127.0.0.1:{port}"

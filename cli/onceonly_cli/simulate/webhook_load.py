@@ -1,0 +1,126 @@
+"""The webhook half of the simulation: subscriptions pointing at the local
+receiver, the events fed through SQS (with duplicates), and afterwards the
+facts the invariants are judged on, read from the receiver and the database."""
+
+from __future__ import annotations
+
+import base64
+import random
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from .loadgen import Message
+from .report import DeliveryFacts
+
+SUBSCRIPTIONS = 3
+DUPLICATE_RATE = 0.15  # share of events that are delivered twice
+DUPLICATE_WINDOW = 40  # a duplicate lands within this many messages of the original
+
+INSERT_SUBSCRIPTION = "INSERT INTO webhook_subscriptions (id, url, secret) VALUES (%s, %s, %s)"
+DELIVERY_STATUSES = "SELECT id, status FROM webhook_deliveries WHERE webhook_id = ANY(%s)"
+UNFINISHED_DELIVERIES = """
+SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*)
+  FROM webhook_deliveries WHERE webhook_id = ANY(%s)"""
+# Outcome writes the fence refused: a holder that outlived its claim.
+FENCED_ATTEMPTS = """
+SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+ WHERE d.webhook_id = ANY(%s) AND NOT a.recorded"""
+
+
+def new_secret(rng: random.Random) -> str:
+    return "whsec_" + base64.b64encode(rng.randbytes(24)).decode()
+
+
+@dataclass
+class WebhookLoad:
+    run_id: str
+    rng: random.Random
+    subscription_ids: list[str] = field(default_factory=list)
+    endpoint_names: list[str] = field(default_factory=list)
+    expected: set[str] = field(default_factory=set)  # delivery ids the events must produce
+    message_delivery: dict[str, str] = field(default_factory=dict)  # SQS message id -> delivery id
+    first_sent: dict[str, float] = field(default_factory=dict)
+    events_in: int = 0
+    duplicate_messages: int = 0
+
+    def seed(self, database_url: str, receiver: Any, latency: float, failure_rate: float) -> None:
+        from ..receiver import Behaviour
+
+        with psycopg.connect(database_url) as conn:
+            for k in range(SUBSCRIPTIONS):
+                name = f"sim-{self.run_id}-{k}"
+                secret = new_secret(self.rng)
+                url = receiver.endpoint(name, secret, Behaviour(latency=latency, failure_rate=failure_rate,
+                                                                seed=self.rng.randrange(2**31)))
+                conn.execute(INSERT_SUBSCRIPTION, (name, url, secret))
+                self.subscription_ids.append(name)
+                self.endpoint_names.append(name)
+
+    def track(self, webhook_id: str, event_id: str, message_id: str) -> None:
+        from webhooks.deliveries import delivery_id_for
+
+        delivery_id = delivery_id_for(webhook_id, event_id)
+        if delivery_id not in self.expected:
+            self.expected.add(delivery_id)
+            self.events_in += 1
+        self.message_delivery[message_id] = delivery_id
+
+    def messages(self, count: int) -> list[Message]:
+        """``count`` events as SQS messages, with duplicates mixed in: the same
+        message delivered twice (SQS at-least-once) or the event sent again."""
+        stream: list[Message] = []
+        for i in range(count):
+            webhook_id = self.subscription_ids[i % len(self.subscription_ids)]
+            event_id = f"evt_{self.run_id}_{i:05d}"
+            body = {"webhook_id": webhook_id, "event_id": event_id, "event_type": "invoice.created",
+                    "payload": {"invoice": f"inv_{i}", "amount_cents": 1000 + i}}
+            message = Message(str(uuid.UUID(int=self.rng.getrandbits(128))), body)
+            self.track(webhook_id, event_id, message.message_id)
+            stream.append(message)
+        for original in list(stream):
+            if self.rng.random() >= DUPLICATE_RATE:
+                continue
+            same_message = self.rng.random() < 0.5
+            message_id = original.message_id if same_message else str(uuid.UUID(int=self.rng.getrandbits(128)))
+            self.message_delivery[message_id] = self.message_delivery[original.message_id]
+            position = min(len(stream), stream.index(original) + self.rng.randint(0, DUPLICATE_WINDOW))
+            stream.insert(position, Message(message_id, original.body))
+            self.duplicate_messages += 1
+        return stream
+
+    def on_feed(self, message_id: str, at: float) -> None:
+        delivery_id = self.message_delivery.get(message_id)
+        if delivery_id is not None and delivery_id not in self.first_sent:
+            self.first_sent[delivery_id] = at
+
+    def unfinished(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
+        row = conn.execute(UNFINISHED_DELIVERIES, (self.subscription_ids,)).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def facts(self, conn: psycopg.Connection[Any], receiver: Any, messages_sent: int,
+              sqs_dead_letters: int) -> DeliveryFacts:
+        statuses = {str(i): str(s) for i, s in conn.execute(DELIVERY_STATUSES, (self.subscription_ids,))}
+        fenced_row = conn.execute(FENCED_ATTEMPTS, (self.subscription_ids,)).fetchone()
+        mine = set(self.endpoint_names)
+        accepted: Counter[str] = Counter()
+        first_accepted: dict[str, float] = {}
+        requests = unverified = 0
+        for request in receiver.history():
+            if request.endpoint not in mine:
+                continue
+            requests += 1
+            unverified += 0 if request.verified else 1
+            if request.webhook_id and request.status is not None and 200 <= request.status < 300:
+                accepted[request.webhook_id] += 1
+                at = request.answered_at or request.received_at
+                first_accepted[request.webhook_id] = min(first_accepted.get(request.webhook_id, at), at)
+        return DeliveryFacts(
+            events_in=self.events_in, messages_sent=messages_sent, duplicate_messages=self.duplicate_messages,
+            expected_ids=set(self.expected), statuses=statuses, accepted=accepted, requests=requests,
+            unverified=unverified, first_sent=dict(self.first_sent), first_accepted=first_accepted,
+            fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_dead_letters=sqs_dead_letters)
