@@ -63,8 +63,8 @@ def refusal_reason(address: IPAddress) -> str | None:
         ("loopback", address.is_loopback),
         ("link-local", address.is_link_local),
         ("multicast", address.is_multicast),
-        ("private", address.is_private),
         ("reserved", address.is_reserved),
+        ("private", address.is_private),
         ("not globally routable", not address.is_global),
     )
     return next((name for name, hit in checks if hit), None)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -124,3 +125,15 @@ def lambda_env(env: dict[str, str]) -> Iterator[tuple[Handler, Handler]]:
 
 def context(name: str, timeout: float = 60.0) -> LambdaContext:
     return LambdaContext(function_name=name, timeout_seconds=timeout)
+
+
+def drive_retries(retry: Handler, done: Callable[[], bool], timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Invoke the retry handler (as the schedule would, only more often) until
+    ``done()`` holds; returns each invocation's summary."""
+    summaries: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"not done after {timeout:.0f}s of retries: {summaries[-3:]}"
+        summaries.append(retry(scheduled_event(), context("retry", 20)))
+        time.sleep(0.1)
+    return summaries

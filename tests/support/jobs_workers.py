@@ -1,0 +1,130 @@
+"""Run the REAL scheduled-job handlers in separate OS processes (spawned: no
+inherited sockets or pool threads), the way replicas of a Lambda function run.
+
+Each child sets its environment, loads ``functions/<name>/app.py`` with the
+local Lambda runtime, waits on the shared barrier (if any) and invokes the
+handler once. What it returned, or raised, goes to its own JSON-lines file:
+the test reads those and the database afterwards.
+
+Pausing: a child started with ``pause_at`` stops itself (SIGSTOP) at that named
+point of the job (billing.testhooks); :func:`wait_until_stopped` waits for it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import multiprocessing
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CTX = multiprocessing.get_context("spawn")
+
+
+@dataclass(frozen=True)
+class Invocation:
+    function: str  # folder under functions/
+    env: dict[str, str]
+    event: dict[str, Any]
+
+
+def scheduled_event(function: str, when: str, event_id: str | None = None) -> dict[str, Any]:
+    """The sample event of ``function`` (events/<function>.json) for another tick."""
+    event = json.loads((REPO / "events" / f"{function}.json").read_text(encoding="utf-8"))
+    event = copy.deepcopy(event)
+    event.update(time=when, id=event_id or str(uuid.uuid4()))
+    return event
+
+
+def invoke_in_child(n: int, barrier: Any, history_path: Path, invocation: Invocation,
+                    pause_at: str | None) -> None:
+    """The child's body (module-level so that spawn can import it)."""
+    os.environ.update(invocation.env)
+    if pause_at:
+        os.environ["BILLING_PAUSE_AT"] = pause_at
+    from onceonly_cli.lambda_runtime import LambdaContext, load_handler
+
+    handler = load_handler(REPO / "functions" / invocation.function, "app.handler")
+    if barrier is not None:
+        barrier.wait(timeout=120)
+    record: dict[str, Any] = {"worker": n, "pid": os.getpid()}
+    try:
+        record["outcome"] = handler(invocation.event, LambdaContext(invocation.function, timeout_seconds=120))
+    except Exception as exc:  # noqa: BLE001 - recorded for the test to assert on
+        record["error"] = type(exc).__name__
+        record["message"] = str(exc)
+    with history_path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(record, default=str) + "\n")
+
+
+@dataclass
+class Replicas:
+    """Processes started for one test; every one is waited for or killed."""
+
+    directory: Path
+    processes: list[BaseProcess] = field(default_factory=list)
+
+    def start(self, invocation: Invocation, *, name: str, pause_at: str | None = None,
+              barrier: Any = None, n: int = 0) -> BaseProcess:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        proc = CTX.Process(target=invoke_in_child,
+                           args=(n, barrier, self.directory / f"{name}.jsonl", invocation, pause_at))
+        proc.start()
+        self.processes.append(proc)
+        return proc
+
+    def run_together(self, invocation: Invocation, count: int = 8, timeout: float = 120.0) -> list[dict[str, Any]]:
+        """``count`` processes released by one barrier; returns their records."""
+        barrier = CTX.Barrier(count)
+        procs = [self.start(invocation, name=f"replica-{n}", barrier=barrier, n=n) for n in range(count)]
+        for proc in procs:
+            self.join(proc, timeout)
+        return [self.record(f"replica-{n}") for n in range(count)]
+
+    def join(self, proc: BaseProcess, timeout: float = 120.0) -> None:
+        proc.join(timeout)
+        assert not proc.is_alive(), f"process {proc.pid} did not finish within {timeout}s"
+        assert proc.exitcode == 0, f"process {proc.pid} exited with {proc.exitcode}"
+
+    def record(self, name: str) -> dict[str, Any]:
+        lines = (self.directory / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+        assert len(lines) == 1, f"{name}: expected one record, got {lines}"
+        return json.loads(lines[0])  # type: ignore[no-any-return]
+
+    def stop_all(self) -> None:
+        for proc in self.processes:
+            if proc.is_alive():
+                proc.kill()  # SIGKILL also ends a stopped process
+                proc.join(10)
+
+
+def wait_until_stopped(proc: BaseProcess, timeout: float = 90.0) -> None:
+    """Wait until ``proc`` stopped itself at its pause point (without reaping it)."""
+    assert proc.pid is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = os.waitid(os.P_PID, proc.pid, os.WSTOPPED | os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is not None:
+            assert info.si_code == os.CLD_STOPPED, f"process {proc.pid} ended instead of pausing ({info})"
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {proc.pid} did not reach its pause point within {timeout}s")
+
+
+def wait_until_expired(store: Any, *names: str, timeout: float = 60.0) -> None:
+    """Wait until every lease in ``names`` is past its expiry (by this host's
+    clock, with a margin), so that a new invocation can take it over."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        state = store.inspect(name)
+        assert state is not None, f"lease {name} was never granted"
+        while state.busy_until + 0.2 > time.time():
+            assert time.monotonic() < deadline, f"lease {name} did not expire within {timeout}s"
+            time.sleep(min(0.2, max(0.01, state.busy_until + 0.2 - time.time())))
+            state = store.inspect(name)

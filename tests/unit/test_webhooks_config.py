@@ -1,0 +1,47 @@
+"""WEBHOOK_* settings: parsed, validated, with clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceonly.errors import ConfigError
+from tests.support import SHARED  # noqa: F401 - makes the layer's packages importable
+from webhooks.config import DEFAULT_SCHEDULE, WebhookConfig
+
+
+def test_defaults() -> None:
+    config = WebhookConfig.from_env({})
+    assert config.retry_schedule == DEFAULT_SCHEDULE and config.max_attempts == 8
+    assert config.allow_http_hosts == frozenset()
+    assert config.queue_name == "webhook-retries"
+
+
+def test_reads_the_environment() -> None:
+    config = WebhookConfig.from_env({
+        "WEBHOOK_RETRY_SCHEDULE": "0.5, 1,2",
+        "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1, LocalHost,",
+        "WEBHOOK_CONNECT_TIMEOUT": "1",
+        "WEBHOOK_READ_TIMEOUT": "2",
+        "WEBHOOK_ATTEMPT_LEASE": "10",
+        "WEBHOOK_CLAIM_BATCH": "3",
+        "WEBHOOK_QUEUE": "q-test",
+    })
+    assert config.retry_schedule == (0.5, 1.0, 2.0) and config.max_attempts == 4
+    assert config.allow_http_hosts == frozenset({"127.0.0.1", "localhost"})
+    assert (config.attempt_budget, config.claim_batch, config.queue_name) == (3.0, 3, "q-test")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"WEBHOOK_RETRY_SCHEDULE": "1,x"}, "WEBHOOK_RETRY_SCHEDULE must be a number"),
+        ({"WEBHOOK_RETRY_SCHEDULE": "1,-1"}, "retry schedule needs positive"),
+        ({"WEBHOOK_READ_TIMEOUT": "0"}, "read_timeout must be a positive"),
+        ({"WEBHOOK_CLAIM_BATCH": "0"}, "claim_batch must be >= 1"),
+        # 4 claims x (3 + 10) s cannot finish inside a 30 s lease
+        ({"WEBHOOK_ATTEMPT_LEASE": "30"}, "attempt_lease .* must exceed"),
+    ],
+)
+def test_bad_settings_are_config_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        WebhookConfig.from_env(env)
