@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the receiver's delay per request (default 0.005)")
     sim.add_argument("--failure-rate", type=_rate, default=0.1, metavar="P",
                      help="share of receiver responses that are 500s (default 0.1)")
-    sim.add_argument("--crash-rate", type=_rate, default=0.05, metavar="P",
-                     help="chance that a replica is SIGKILLed during an invocation (default 0.05)")
+    sim.add_argument("--crash-rate", type=_rate, default=0.1, metavar="P",
+                     help="chance that a replica is SIGKILLed during an invocation (default 0.1)")
     sim.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     sim.add_argument("--time-limit", type=_positive_int, default=120, metavar="SECONDS",
                      help="give up (and fail) if the work is not finished by then (default 120)")

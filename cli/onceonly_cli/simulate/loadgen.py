@@ -60,7 +60,12 @@ class _TickState:
     in_flight: int = 0
     resolved: bool = False  # a run completed (ran, or a later copy saw "completed")
     late_duplicate_sent: bool = False
-    retries: int = 0
+    errors: int = 0  # invocations that raised: retried twice, like Lambda's async retries
+    given_up: bool = False
+
+    @property
+    def settled(self) -> bool:
+        return self.in_flight == 0 and (self.given_up or (self.resolved and self.late_duplicate_sent))
 
 
 @dataclass
@@ -85,8 +90,10 @@ class Driver:
         self._next_retry_tick = 0.0
         self._next_cron = 0.0
         self._ticks: dict[tuple[str, str], _TickState] = {}
-        self._cron_queue: deque[tuple[CronJob, datetime]] = deque(
-            (job, when) for job in self.cron_jobs for when in job.ticks)
+        # Jobs run one after another (e-mails are sent after the jobs that queue
+        # them); the ticks of one job are fired cron_every apart.
+        self._cron_jobs: deque[CronJob] = deque(self.cron_jobs)
+        self._cron_queue: deque[tuple[CronJob, datetime]] = deque()
         self.messages_sent = 0
         self.sqs_dead_letters = 0
         self.invocations: list[InvocationFacts] = []
@@ -178,7 +185,7 @@ class Driver:
             state.facts.statuses["crashed"] += 1
         elif not result.ok or not isinstance(result.response, dict):
             state.facts.statuses["error"] += 1
-            self.errors[f"{state.function}: {result.error}"] += 1
+            state.errors += 1
         else:
             status = str(result.response.get("status"))
             state.facts.statuses[status] += 1
@@ -189,10 +196,11 @@ class Driver:
                 state.late_duplicate_sent = True  # a duplicate that arrives after completion
                 self._deliver_tick(state, None)
             return
-        if state.in_flight == 0:
+        if state.errors > 2:
+            state.given_up = True
+        elif state.in_flight == 0:
             # Nobody finished the tick (a run died, or its lock is still held by
-            # a dead run): EventBridge/Lambda retry it until its lease frees up.
-            state.retries += 1
+            # a dead run): retry it until a run gets the lease after it expired.
             self._later(TICK_RETRY_DELAY, partial(self._deliver_tick, state, None))
 
     # -- the loop ------------------------------------------------------------------
@@ -216,15 +224,21 @@ class Driver:
         if now >= self._next_retry_tick:
             self._next_retry_tick = now + RETRY_TICK_EVERY
             self._fire_retry_tick()
-        if feed_cron and self._cron_queue and now >= self._next_cron:
+        if feed_cron:
+            self._feed_cron(now)
+
+    def _feed_cron(self, now: float) -> None:
+        if not self._cron_queue and self._cron_jobs and all(s.settled for s in self._ticks.values()):
+            job = self._cron_jobs.popleft()
+            self._cron_queue.extend((job, when) for when in job.ticks)
+        if self._cron_queue and now >= self._next_cron:
             self._next_cron = now + self.cron_every
             job, when = self._cron_queue.popleft()
             self._fire_cron(job, when)
 
     @property
     def cron_done(self) -> bool:
-        return not self._cron_queue and all(
-            s.resolved and s.in_flight == 0 and s.late_duplicate_sent for s in self._ticks.values())
+        return not self._cron_jobs and not self._cron_queue and all(s.settled for s in self._ticks.values())
 
     @property
     def idle(self) -> bool:
@@ -237,4 +251,4 @@ class Driver:
     @property
     def cron_progress(self) -> tuple[int, int]:
         total = sum(len(job.ticks) for job in self.cron_jobs)
-        return sum(1 for s in self._ticks.values() if s.resolved), total
+        return sum(1 for s in self._ticks.values() if s.settled), total

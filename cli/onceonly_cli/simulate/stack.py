@@ -6,6 +6,7 @@ server for the AWS calls the jobs make (SES, SQS), all on 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,7 @@ def _start_moto(closers: list[Any]) -> str | None:
         from moto.server import ThreadedMotoServer
     except ImportError:
         return None
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

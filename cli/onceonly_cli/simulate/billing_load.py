@@ -1,0 +1,123 @@
+"""The scheduled-jobs half of the simulation: one tenant's invoices and
+recurring schedules, the ticks each job gets, and afterwards the effects
+counted in the database against what exactly one run per tick must produce.
+
+Everything is scoped to the run's tenant (BILLING_TENANT_SCOPE) and the ticks
+sit on dates of their own, so a run against a shared database or store never
+meets an earlier run's rows or tick locks."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from .loadgen import CronJob
+from .report import EffectCheck
+
+OVERDUE_INVOICES = 12
+NOT_YET_DUE_INVOICES = 4
+SCHEDULES = 3
+TICKS_PER_JOB = 2  # consecutive days
+SES_FROM = "billing@onceonly.invalid"
+
+INSERT_INVOICE = """
+INSERT INTO invoices (id, tenant_id, customer_email, amount_cents, status, due_at)
+VALUES (%s, %s, %s, %s, 'open', %s)"""
+INSERT_SCHEDULE = """
+INSERT INTO billing_schedules (id, tenant_id, customer_email, amount_cents, cadence, anchor)
+VALUES (%s, %s, %s, %s, 'daily', %s)"""
+COUNTS = {
+    "invoices moved to overdue": "SELECT count(*) FROM invoices WHERE tenant_id = %s AND status = 'overdue'",
+    "overdue history rows": """SELECT count(*) FROM invoice_status_history h JOIN invoices i ON i.id = h.invoice_id
+                                WHERE i.tenant_id = %s AND h.to_status = 'overdue'""",
+    "overdue activity events": "SELECT count(*) FROM activity_events WHERE tenant_id = %s AND kind = 'invoice.overdue'",
+    "invoices generated": "SELECT count(*) FROM invoices WHERE tenant_id = %s AND schedule_id IS NOT NULL",
+    "invoice.created events": "SELECT count(*) FROM activity_events WHERE tenant_id = %s AND kind = 'invoice.created'",
+    "e-mails queued": "SELECT count(*) FROM notifications WHERE tenant_id = %s",
+    "e-mails sent": "SELECT count(*) FROM notifications WHERE tenant_id = %s AND status = 'sent'",
+}
+JOB_OF = {
+    "invoices moved to overdue": "overdue-invoices", "overdue history rows": "overdue-invoices",
+    "overdue activity events": "overdue-invoices", "invoices generated": "recurring-billing",
+    "invoice.created events": "recurring-billing", "e-mails queued": "overdue + recurring",
+    "e-mails sent": "notifications",
+}
+
+
+@dataclass
+class BillingLoad:
+    run_id: str
+    rng: random.Random
+    jobs: dict[str, str]  # logical id -> job name, of the jobs present
+    tenant: str = ""
+    base: datetime = field(default_factory=lambda: datetime.now(UTC))
+    expected: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tenant = f"sim-{self.run_id}"
+        # A day of its own, years ahead: tick locks never collide across runs.
+        day = datetime(2040, 1, 1, 2, 0, tzinfo=UTC) + timedelta(days=self.rng.randrange(20000))
+        self.base = day
+
+    @property
+    def tick_times(self) -> list[datetime]:
+        return [self.base + timedelta(days=k) for k in range(TICKS_PER_JOB)]
+
+    def env(self) -> dict[str, str]:
+        return {
+            "BILLING_TENANT_SCOPE": self.tenant,
+            "TICK_LEASE_SECONDS": "2",  # a crashed run's tick is taken over this soon
+            "NOTIFICATION_CLAIM_SECONDS": "1.5",  # must run out before the tick's takeover
+            "SES_FROM_ADDRESS": SES_FROM,
+        }
+
+    def cron_jobs(self) -> list[CronJob]:
+        # Order matters: e-mails are sent after the jobs that queue them ran.
+        order = ["OverdueInvoicesFunction", "RecurringBillingFunction", "NotificationsFunction"]
+        return [CronJob(fid, self.jobs[fid], self.tick_times) for fid in order if fid in self.jobs]
+
+    def seed(self, database_url: str) -> None:
+        last_tick = self.tick_times[-1]
+        with psycopg.connect(database_url) as conn:
+            for i in range(OVERDUE_INVOICES + NOT_YET_DUE_INVOICES):
+                overdue = i < OVERDUE_INVOICES
+                due = self.base - timedelta(hours=self.rng.randint(1, 240)) if overdue else \
+                    last_tick + timedelta(days=30)
+                conn.execute(INSERT_INVOICE, (f"inv_{self.tenant}_{i}", self.tenant, f"c{i}@example.com",
+                                              1000 + i, due))
+            generated = 0
+            for s in range(SCHEDULES):
+                missed = self.rng.randint(1, 4)  # periods already due at the first tick
+                anchor = self.base.date() - timedelta(days=missed - 1)
+                conn.execute(INSERT_SCHEDULE, (f"sch_{self.tenant}_{s}", self.tenant, f"s{s}@example.com",
+                                               500 + s, anchor))
+                generated += (last_tick.date() - anchor).days + 1
+        has = self.jobs.values()
+        overdue_count = OVERDUE_INVOICES if "overdue-invoices" in has else 0
+        generated = generated if "recurring-billing" in has else 0
+        self.expected = {
+            "invoices moved to overdue": overdue_count, "overdue history rows": overdue_count,
+            "overdue activity events": overdue_count, "invoices generated": generated,
+            "invoice.created events": generated, "e-mails queued": overdue_count + generated,
+        }
+        if "notifications" in has:
+            self.expected["e-mails sent"] = overdue_count + generated
+
+    def effects(self, conn: psycopg.Connection[Any]) -> list[EffectCheck]:
+        checks = []
+        for what, expected in self.expected.items():
+            row = conn.execute(COUNTS[what], (self.tenant,)).fetchone()  # type: ignore[arg-type]
+            checks.append(EffectCheck(JOB_OF[what], what, expected, int(row[0]) if row else -1))
+        return checks
+
+
+def verify_ses_sender(endpoint: str) -> None:
+    """moto's SES refuses mail from an unverified address, like SES in its sandbox."""
+    import boto3
+
+    boto3.client("ses", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").verify_email_identity(EmailAddress=SES_FROM)
