@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .jobs_fixtures import new_id
+from .jobs_helpers import new_id
 
 
 def connect(db_url: str) -> psycopg.Connection[Any]:

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import onceonly
 import pytest
+
+import onceonly
 from onceonly.scheduled import scheduled_time_of, tick_lock_name
 
 EVENT = json.loads((Path(__file__).resolve().parents[2] / "events" / "overdue_invoices.json").read_text())

@@ -1,0 +1,44 @@
+"""NotificationsFunction (rate(5 minutes)): once per tick on any number of
+replicas, send the e-mail outbox through SES (billing.notifications)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+import onceonly
+from appdb.clients import coordination_store, db_pool
+from billing import notifications
+from billing.config import JobSettings, NotificationSettings
+from billing.ses import SesNotifier
+
+SETTINGS = JobSettings.from_env("notifications")
+NOTIFY = NotificationSettings.from_env()
+logger = Logger(service="notifications")
+metrics = Metrics(service="notifications")
+
+
+@cache
+def ses_notifier() -> SesNotifier:
+    return SesNotifier(boto3.client("ses"), NOTIFY.sender)
+
+
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl, keep=SETTINGS.tick_keep,
+                    logger=logger, metrics=metrics)
+def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
+    result = notifications.run(
+        db_pool(), tick, ses_notifier(), NOTIFY, tenant=SETTINGS.tenant, log=logger,
+        seconds_left=lambda: context.get_remaining_time_in_millis() / 1000,
+    )
+    for name, value in (("notifications_sent", result.sent), ("notifications_retrying", result.retrying),
+                        ("notifications_failed", result.failed + result.abandoned),
+                        ("rows_transitioned", result.sent + result.failed + result.abandoned)):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    logger.info("notifications sent", extra={**result.as_dict(), "token": tick.token})
+    return result.as_dict()

@@ -1,0 +1,30 @@
+"""OverdueInvoicesFunction (cron(0 2 * * ? *)): once per tick on any number of
+replicas, move open invoices past due to `overdue` (billing.overdue)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+import onceonly
+from appdb.clients import coordination_store, db_pool
+from billing import overdue
+from billing.config import JobSettings
+
+SETTINGS = JobSettings.from_env("overdue-invoices")
+logger = Logger(service="overdue-invoices")
+metrics = Metrics(service="overdue-invoices")
+
+
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl, keep=SETTINGS.tick_keep,
+                    logger=logger, metrics=metrics)
+def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
+    result = overdue.run(db_pool(), tick, tenant=SETTINGS.tenant)
+    metrics.add_metric(name="rows_transitioned", unit=MetricUnit.Count, value=result.transitioned)
+    logger.info("overdue invoices transitioned", extra={"transitioned": result.transitioned,
+                                                        "batches": result.batches, "token": tick.token})
+    return {"transitioned": result.transitioned}

@@ -1,0 +1,50 @@
+"""PaymentWatcherFunction (rate(1 minute)): once per tick, and with one active
+poller at a time, apply new payments from the payments API and enqueue
+`invoice.paid` webhook events (billing.payment_watcher)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+import onceonly
+from appdb.clients import coordination_store, db_pool
+from billing import payment_watcher
+from billing.config import JobSettings, PaymentWatcherSettings
+from billing.payments_api import PaymentsClient
+
+SETTINGS = JobSettings.from_env("payment-watcher")
+WATCH = PaymentWatcherSettings.from_env()
+logger = Logger(service="payment-watcher")
+metrics = Metrics(service="payment-watcher")
+
+
+@cache
+def payments_client() -> PaymentsClient:
+    return PaymentsClient(WATCH.api_url)
+
+
+@cache
+def sqs_client() -> Any:
+    return boto3.client("sqs")
+
+
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl, keep=SETTINGS.tick_keep,
+                    logger=logger, metrics=metrics)
+def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, Any]:
+    result = payment_watcher.run(
+        db_pool(), tick, payments_client(), sqs_client(), WATCH.queue_url, poller_ttl=WATCH.poller_ttl,
+        page_limit=WATCH.page_limit, max_pages=WATCH.max_pages, tenant=SETTINGS.tenant, log=logger,
+    )
+    for name, value in (("payments_applied", result.payments_applied),
+                        ("rows_transitioned", result.invoices_paid),
+                        ("webhook_events_sent", result.webhooks.get("sent", 0))):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    logger.info("payments polled", extra={**result.as_dict(), "token": tick.token})
+    return result.as_dict()

@@ -1,0 +1,97 @@
+"""Settings of the billing jobs, read from environment variables so that tests
+and `onceonly simulate` can shorten leases and scope a run to one tenant."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from onceonly.errors import ConfigError
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _count(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def _required(name: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise ConfigError(f"set {name}")
+    return value
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What every scheduled job reads: its name (the tick lock's prefix), the
+    tick lease and retention, and an optional tenant scope."""
+
+    job: str
+    tick_ttl: float
+    tick_keep: float
+    tenant: str | None  # None: every tenant (production); a tenant id: that one only
+
+    @classmethod
+    def from_env(cls, default_job: str) -> JobSettings:
+        return cls(
+            job=os.environ.get("JOB_NAME") or default_job,
+            tick_ttl=_seconds("TICK_LEASE_SECONDS", 300.0),
+            tick_keep=_seconds("TICK_KEEP_SECONDS", 7 * 86400.0),
+            tenant=os.environ.get("BILLING_TENANT_SCOPE") or None,
+        )
+
+
+@dataclass(frozen=True)
+class NotificationSettings:
+    sender: str  # the SES From address (its identity is what IAM allows)
+    claim_ttl: float  # how long one claim may take before another run may take the row
+    max_attempts: int  # claims per notification before it ends in `failed`
+    batch_size: int
+    retry_schedule: tuple[float, ...]  # seconds before retry 1, 2, … (the last one repeats)
+
+    @classmethod
+    def from_env(cls) -> NotificationSettings:
+        return cls(
+            sender=_required("SES_FROM_ADDRESS"),
+            claim_ttl=_seconds("NOTIFICATION_CLAIM_SECONDS", 120.0),
+            max_attempts=_count("NOTIFICATION_MAX_ATTEMPTS", 5),
+            batch_size=_count("NOTIFICATION_BATCH_SIZE", 25),
+            retry_schedule=(60.0, 300.0, 1800.0, 7200.0),
+        )
+
+
+@dataclass(frozen=True)
+class PaymentWatcherSettings:
+    api_url: str  # Horizon-style base URL: GET {api_url}/payments
+    queue_url: str  # the webhook dispatcher's SQS queue
+    poller_ttl: float  # the job-wide poller lease
+    page_limit: int
+    max_pages: int  # per run; the next tick continues from the stored cursor
+
+    @classmethod
+    def from_env(cls) -> PaymentWatcherSettings:
+        return cls(
+            api_url=_required("PAYMENTS_API_URL").rstrip("/"),
+            queue_url=_required("WEBHOOK_QUEUE_URL"),
+            poller_ttl=_seconds("POLLER_LEASE_SECONDS", 120.0),
+            page_limit=_count("PAYMENTS_PAGE_LIMIT", 200),
+            max_pages=_count("PAYMENTS_MAX_PAGES", 50),
+        )

@@ -1,0 +1,58 @@
+-- The notifications job's statements on the outbox (table notifications).
+-- One "claimable at" time per row: when a pending row is due, or when a claim
+-- runs out, so a crashed sender's rows come back by themselves.
+
+-- name: give_up_abandoned --
+-- In: max_attempts, tenant. Rows whose last allowed claim ran out without an
+-- outcome (the sender crashed) end in `failed` instead of being sent again.
+UPDATE notifications
+   SET status = 'failed', last_error = 'claim expired on the last attempt', updated_at = now()
+ WHERE status = 'sending' AND claimable_at <= clock_timestamp() AND attempts >= %(max_attempts)s
+   AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
+RETURNING id;
+
+-- name: claim --
+-- In: tenant, max_attempts, limit, claim_ttl (seconds). Out: the claimed rows
+-- with their new claim_token. SKIP LOCKED keeps concurrent claimers on disjoint
+-- rows; the row lock re-checks claimable_at on rows changed since the
+-- snapshot; MATERIALIZED stops the planner updating more rows than LIMIT.
+WITH due AS MATERIALIZED (
+    SELECT id FROM notifications
+     WHERE status IN ('pending', 'sending') AND claimable_at <= clock_timestamp()
+       AND attempts < %(max_attempts)s
+       AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
+     ORDER BY claimable_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE notifications n
+   SET status = 'sending', claim_token = n.claim_token + 1, attempts = n.attempts + 1,
+       claimable_at = clock_timestamp() + make_interval(secs => %(claim_ttl)s), updated_at = now()
+  FROM due
+ WHERE n.id = due.id
+RETURNING n.id, n.notification_key, n.recipient, n.subject, n.body_text, n.claim_token, n.attempts;
+
+-- name: record_attempt --
+-- In: id, token, outcome, error. The audit row of one send; a claim sends once.
+INSERT INTO notification_attempts (notification_id, claim_token, outcome, error)
+VALUES (%(id)s, %(token)s, %(outcome)s, %(error)s)
+ON CONFLICT (notification_id, claim_token) DO NOTHING;
+
+-- name: mark_sent --
+-- In: id, token, message_id. Refused (no row) if the claim was re-granted.
+UPDATE notifications
+   SET status = 'sent', sent_at = now(), provider_message_id = %(message_id)s, last_error = NULL,
+       updated_at = now()
+ WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
+RETURNING id;
+
+-- name: mark_failed --
+-- In: id, token, error, max_attempts, retry_in (seconds). Back to pending with
+-- backoff, or `failed` (kept) after the last allowed attempt. Refused (no row)
+-- if the claim was re-granted.
+UPDATE notifications
+   SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
+       claimable_at = clock_timestamp() + make_interval(secs => %(retry_in)s),
+       last_error = %(error)s, updated_at = now()
+ WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
+RETURNING status;

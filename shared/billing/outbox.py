@@ -1,0 +1,66 @@
+"""The e-mail outbox: notifications are written in the transaction of the
+change they report, with a unique key, and sent later by the notifications job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from onceonly.stores.sqlfile import load_queries
+
+SQL = load_queries(Path(__file__).with_suffix(".sql"))
+
+
+@dataclass(frozen=True)
+class Email:
+    notification_key: str  # unique: "KIND:INVOICE"
+    tenant_id: str
+    invoice_id: str | None
+    kind: str
+    recipient: str
+    subject: str
+    body_text: str
+
+
+def _money(cents: int, currency: str) -> str:
+    return f"{cents / 100:,.2f} {currency}"
+
+
+def overdue_email(invoice: Mapping[str, Any]) -> Email:
+    due: datetime = invoice["due_at"]
+    return Email(
+        notification_key=f"invoice.overdue:{invoice['id']}",
+        tenant_id=invoice["tenant_id"],
+        invoice_id=invoice["id"],
+        kind="invoice.overdue",
+        recipient=invoice["customer_email"],
+        subject=f"Invoice {invoice['id']} is overdue",
+        body_text=(f"Invoice {invoice['id']} for {_money(invoice['amount_cents'], invoice['currency'])} "
+                   f"was due on {due:%Y-%m-%d} and is now overdue."),
+    )
+
+
+def new_invoice_email(invoice: Mapping[str, Any]) -> Email:
+    due: datetime = invoice["due_at"]
+    return Email(
+        notification_key=f"invoice.created:{invoice['id']}",
+        tenant_id=invoice["tenant_id"],
+        invoice_id=invoice["id"],
+        kind="invoice.created",
+        recipient=invoice["customer_email"],
+        subject=f"New invoice {invoice['id']}",
+        body_text=(f"Invoice {invoice['id']} for {_money(invoice['amount_cents'], invoice['currency'])} "
+                   f"(period starting {invoice['period_key']}) is due on {due:%Y-%m-%d}."),
+    )
+
+
+def enqueue(conn: psycopg.Connection[Any], emails: Sequence[Email]) -> None:
+    """Add ``emails`` to the outbox inside the caller's transaction."""
+    if emails:
+        with conn.cursor() as cur:
+            cur.executemany(SQL["enqueue"], [asdict(e) for e in emails])

@@ -1,0 +1,53 @@
+"""The overdue-invoices job: open invoices past due at the tick's scheduled time
+move to `overdue`, each with one status-history row, one activity event and one
+e-mail in the outbox, all in the transition's transaction and fenced by the
+tick's token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from onceonly import Tick
+from onceonly.stores.sqlfile import load_queries
+
+from . import outbox
+from .testhooks import pause_point
+from .ticks import TickFence
+
+SQL = load_queries(Path(__file__).with_suffix(".sql"))
+BATCH_SIZE = 500
+
+
+@dataclass(frozen=True)
+class OverdueResult:
+    transitioned: int
+    batches: int
+
+
+def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
+        batch_size: int = BATCH_SIZE) -> OverdueResult:
+    """Transition every open invoice due before the tick's time. Raises
+    FencedError (a LeaseLostError) if a newer run of the tick took over: the
+    batch in progress is rolled back; batches committed earlier stand, and the
+    newer run finds those invoices already moved."""
+    fence = TickFence(pool, tick)
+    fence.stamp()
+    pause_point("overdue.before_transitions")
+    params = {"as_of": tick.scheduled_time, "tenant": tenant, "job": tick.job, "token": tick.token,
+              "limit": batch_size}
+    transitioned = batches = 0
+    while True:
+        with fence.transaction() as conn, conn.cursor(row_factory=dict_row) as cur:
+            moved = cur.execute(SQL["transition_overdue"], params).fetchall()
+            outbox.enqueue(conn, [outbox.overdue_email(row) for row in moved])
+        transitioned += len(moved)
+        batches += 1
+        if len(moved) < batch_size:
+            break
+        tick.renew()
+    fence.finish({"transitioned": transitioned})
+    return OverdueResult(transitioned=transitioned, batches=batches)

@@ -1,0 +1,113 @@
+"""Each job's REAL handler in 8 OS processes at once, same scheduled event, on
+each coordination store: exactly one run, and exactly one set of effects in the
+recorded history (transitions, history rows, activity events, e-mails sent,
+invoices generated, payments applied, webhook events enqueued)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import date, timedelta
+from typing import Any
+
+import pytest
+
+from onceonly_cli.fake_payments import FakePayments
+from tests.support import jobs_data as data
+from tests.support.jobs_helpers import JobScope, drain_queue, sent_emails
+from tests.support.jobs_workers import Invocation, Replicas, scheduled_event
+
+pytest_plugins = ("tests.support.jobs_fixtures",)
+pytestmark = pytest.mark.concurrency
+
+TICK = "2026-11-29T02:00:00Z"
+REPLICAS = 8
+
+
+def one_ran(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Exactly one replica ran the tick; the others were skipped, none failed."""
+    assert all("outcome" in r for r in records), [r for r in records if "outcome" not in r]
+    statuses = Counter(r["outcome"]["status"] for r in records)
+    assert statuses == {"ran": 1, "skipped": REPLICAS - 1}, statuses
+    (ran,) = [r["outcome"] for r in records if r["outcome"]["status"] == "ran"]
+    return ran
+
+
+def test_overdue_invoices_once(job_scope: JobScope, replicas: Replicas, jobs_db: str) -> None:
+    with data.connect(jobs_db) as conn:
+        late = [data.add_invoice(conn, job_scope.tenant, due_at="2026-11-20T00:00:00Z") for _ in range(3)]
+        data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z")
+        data.add_invoice(conn, job_scope.tenant, due_at="2026-11-20T00:00:00Z", status="paid")
+
+    records = replicas.run_together(Invocation("overdue_invoices", job_scope.env,
+                                               scheduled_event("overdue_invoices", TICK)), REPLICAS)
+
+    assert one_ran(records)["result"] == {"transitioned": 3}
+    with data.connect(jobs_db) as conn:
+        effects = data.invoice_effects(conn, job_scope.tenant)
+    assert effects["statuses"] == {"overdue": 3, "open": 1, "paid": 1}
+    assert [(h["invoice_id"], h["from_status"], h["to_status"]) for h in effects["history"]] == [
+        (i, "open", "overdue") for i in sorted(late)]
+    assert effects["activity"] == effects["activity_keys"] == 3
+    assert effects["notifications"] == 3
+
+
+def test_notifications_sent_once(job_scope: JobScope, replicas: Replicas, jobs_db: str) -> None:
+    with data.connect(jobs_db) as conn:
+        keys = [data.add_notification(conn, job_scope.tenant) for _ in range(3)]
+
+    records = replicas.run_together(Invocation("notifications", job_scope.env,
+                                               scheduled_event("notifications", TICK)), REPLICAS)
+
+    assert one_ran(records)["result"]["sent"] == 3
+    emails = sent_emails(f"@{job_scope.tenant}.test")
+    assert sorted(m.destinations["ToAddresses"][0] for m in emails) == sorted(
+        f"{k}@{job_scope.tenant}.test" for k in keys)
+    with data.connect(jobs_db) as conn:
+        outbox = data.notification_rows(conn, job_scope.tenant)
+    assert [(r["status"], r["attempts"], r["attempt_rows"], r["sent_rows"]) for r in outbox] == [
+        ("sent", 1, 1, 1)] * 3
+
+
+def test_recurring_billing_generates_once(job_scope: JobScope, replicas: Replicas, jobs_db: str) -> None:
+    tick_day = date(2026, 11, 29)
+    with data.connect(jobs_db) as conn:
+        schedule = data.add_schedule(conn, job_scope.tenant, cadence="daily", anchor=tick_day - timedelta(days=2))
+
+    records = replicas.run_together(Invocation("recurring_billing", job_scope.env,
+                                               scheduled_event("recurring_billing", TICK)), REPLICAS)
+
+    assert one_ran(records)["result"] == {"generated": 3}
+    with data.connect(jobs_db) as conn:
+        invoices = data.rows(conn, "SELECT period_key FROM invoices WHERE schedule_id = %s ORDER BY 1", schedule)
+        effects = data.invoice_effects(conn, job_scope.tenant)
+    assert [i["period_key"] for i in invoices] == ["2026-11-27", "2026-11-28", "2026-11-29"]
+    assert effects["activity"] == 3 and effects["notifications"] == 3
+
+
+def test_payment_watcher_applies_once(job_scope: JobScope, replicas: Replicas, jobs_db: str,
+                                      fake_payments: FakePayments, sqs_queue: str, moto_endpoint: str) -> None:
+    with data.connect(jobs_db) as conn:
+        invoices = [data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=2500)
+                    for _ in range(2)]
+        webhook = data.add_subscription(conn)
+    hashes = [fake_payments.add(memo=i, amount="25.00")["transaction_hash"] for i in invoices]
+    fake_payments.add(memo="no-such-invoice", amount="1.00")
+    env = job_scope.with_env(PAYMENTS_API_URL=fake_payments.url, WEBHOOK_QUEUE_URL=sqs_queue)
+
+    records = replicas.run_together(Invocation("payment_watcher", env,
+                                               scheduled_event("payment_watcher", TICK)), REPLICAS)
+
+    result = one_ran(records)["result"]
+    assert (result["payments_applied"], result["invoices_paid"]) == (3, 2)
+    with data.connect(jobs_db) as conn:
+        payments = data.rows(conn, "SELECT transaction_hash, invoice_id FROM payments WHERE poller = %s",
+                             job_scope.job)
+        effects = data.invoice_effects(conn, job_scope.tenant)
+        data.disable_subscription(conn, webhook)
+    assert len(payments) == 3 and sum(p["invoice_id"] is not None for p in payments) == 2
+    assert effects["statuses"] == {"paid": 2}
+    assert [h["to_status"] for h in effects["history"]] == ["paid", "paid"]
+    mine = [m for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhook]
+    assert sorted(m["payload"]["transaction_hash"] for m in mine) == sorted(hashes)
+    assert {m["event_type"] for m in mine} == {"invoice.paid"}
+    assert len({m["event_id"] for m in mine}) == 2

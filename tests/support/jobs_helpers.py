@@ -1,0 +1,78 @@
+"""Helpers of the scheduled-job suites: a test's scope (tenant, job name, child
+environment) and readers of what moto's SES and SQS received."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+MOTO_ACCOUNT = "123456789012"
+REGION = "us-east-1"
+
+
+def aws_client(service: str, endpoint: str) -> Any:
+    return boto3.client(service, region_name=REGION, endpoint_url=endpoint)
+
+
+@dataclass(frozen=True)
+class JobScope:
+    """One test's slice of the shared world: its tenant, its job name (the tick
+    locks and the payment cursor are keyed by it) and the child environment."""
+
+    tenant: str
+    job: str
+    env: dict[str, str]
+
+    def with_env(self, **extra: str) -> dict[str, str]:
+        return {**self.env, **extra}
+
+
+def make_scope(db_url: str, store_url: str, moto_endpoint: str, sender: str, unique: str) -> JobScope:
+    tenant = f"tenant-{unique}"
+    job = f"job-{unique}"
+    env = {
+        "DATABASE_URL": db_url,
+        "ONCEONLY_STORE_URL": store_url,
+        "JOB_NAME": job,
+        "BILLING_TENANT_SCOPE": tenant,
+        "TICK_LEASE_SECONDS": "60",
+        "POLLER_LEASE_SECONDS": "60",
+        "SES_FROM_ADDRESS": sender,
+        "AWS_ENDPOINT_URL_SES": moto_endpoint,
+        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_REGION": REGION,
+        "POWERTOOLS_METRICS_NAMESPACE": "onceonly",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }
+    return JobScope(tenant=tenant, job=job, env=env)
+
+
+def sent_emails(recipient_suffix: str) -> list[Any]:
+    """SES messages moto accepted for recipients ending in ``recipient_suffix``
+    (the moto server runs in this process, so its backend is readable here)."""
+    from moto.ses.models import ses_backends
+
+    backend = ses_backends[MOTO_ACCOUNT][REGION]
+    return [m for m in backend.sent_messages
+            if any(a.endswith(recipient_suffix) for a in m.destinations.get("ToAddresses", []))]
+
+
+def drain_queue(moto_endpoint: str, queue_url: str) -> list[dict[str, Any]]:
+    """Every message in the queue, received once (kept invisible for the test)."""
+    sqs = aws_client("sqs", moto_endpoint)
+    bodies: list[dict[str, Any]] = []
+    while True:
+        batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=600,
+                                    WaitTimeSeconds=0).get("Messages", [])
+        if not batch:
+            return bodies
+        bodies.extend(json.loads(m["Body"]) for m in batch)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(6)}"
