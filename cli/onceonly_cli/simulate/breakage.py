@@ -4,8 +4,8 @@ is set in a replica's environment; the layer itself is untouched.
 
 The wrapper makes grants non-atomic the way hand-rolled coordination usually is:
 ``acquire`` reads, then grants even when the name is held (check-then-set that
-lost its check), and queue ``claim`` takes items with a lease so short that it
-has run out before the work is done, so concurrent workers take the same item."""
+lost its check), and queue ``claim`` loses the lease it wrote on an item's first
+grant (read-then-write in two steps), so a concurrent worker takes it too."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 BREAK_VAR = "ONCEONLY_SIMULATE_BREAK_ATOMICITY"
-BROKEN_LEASE = 0.001  # seconds: expired before the first request is sent
 
 
 class NonAtomicQueue:
@@ -24,7 +23,11 @@ class NonAtomicQueue:
         self.name = queue.name
 
     def claim(self, limit: int = 25, lease: float = 60.0) -> Any:
-        return self._queue.claim(limit, BROKEN_LEASE)
+        claims = self._queue.claim(limit, lease)
+        for claim in claims:
+            if claim.attempt == 1:  # only once per item, so the run still ends
+                self._queue.put(claim.item_id, payload=claim.payload)
+        return claims
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._queue, name)

@@ -72,7 +72,8 @@ def line_chart(element_id: str, title: str, series: list[tuple[str, list[int]]],
     return _svg(element_id, parts)
 
 
-def bar_chart(element_id: str, title: str, bars: list[tuple[str, int]], x_label: str) -> str:
+def bar_chart(element_id: str, title: str, bars: list[tuple[str, int]], x_label: str,
+              color_offset: int = 0) -> str:
     max_y = max([1, *(v for _, v in bars)])
     plot_w, plot_h = WIDTH - PAD - 10, HEIGHT - PAD - 20
     slot = plot_w / max(1, len(bars))
@@ -81,7 +82,7 @@ def bar_chart(element_id: str, title: str, bars: list[tuple[str, int]], x_label:
         h = value / max_y * plot_h
         x = PAD + i * slot + slot * 0.1
         parts.append(f'<rect x="{x:.1f}" y="{HEIGHT - PAD - h:.1f}" width="{slot * 0.8:.1f}" height="{h:.1f}" '
-                     f'fill="{PALETTE[i % len(PALETTE)] if len(bars) <= len(PALETTE) else PALETTE[0]}">'
+                     f'fill="{PALETTE[(i + color_offset) % len(PALETTE)] if color_offset else PALETTE[0]}">'
                      f"<title>{escape(name)}: {value}</title></rect>")
         if len(bars) <= 12:
             parts.append(f'<text class="label" x="{x + slot * 0.4:.1f}" y="{HEIGHT - PAD + 12}" '
@@ -136,7 +137,8 @@ def render_html(report: dict[str, Any]) -> str:
         line_chart("throughput-chart", "deliveries per second", series, timeline["bucket_seconds"]),
         f'<p class="legend">{legend}</p>',
         bar_chart("replica-chart", "deliveries per replica",
-                  [(f"r{i}", sum(values)) for i, values in enumerate(per_replica)], "replica"),
+                  [(f"r{i}", sum(values)) for i, values in enumerate(per_replica)], "replica",
+                  color_offset=1),  # the same colours as the replicas' lines
         bar_chart("latency-chart", "delivery latency histogram (event fed -> first 2xx)",
                   [(f"{b['from_ms']:.0f}", int(b["count"])) for b in histogram], "milliseconds"),
     ]

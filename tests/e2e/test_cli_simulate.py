@@ -1,0 +1,172 @@
+"""`onceonly simulate` end to end on the embedded default stack: the real
+handlers as replica processes, duplicates and SIGKILLs, and the report's
+invariants; a deliberately broken store must make it fail; Ctrl-C must leave
+nothing running; the HTML report must render in a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from .cli_support import ONCEONLY, REPO_ROOT, run_cli
+
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+pytestmark = pytest.mark.slow
+
+
+def processes_under(path: Path) -> list[psutil.Process]:
+    """Processes whose command line mentions ``path`` (replicas log there; the
+    embedded PostgreSQL keeps its data there): what a run may leave behind."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(path) in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def isolated_env(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "ONCEONLY_STORE_URL")}
+    env.update(TMPDIR=str(tmp), **extra)
+    return env
+
+
+@dataclass
+class SimulateRun:
+    returncode: int
+    report: dict
+    stderr: str
+    html: Path
+    tmp: Path
+
+
+@pytest.fixture(scope="module")
+def crash_run(tmp_path_factory: pytest.TempPathFactory) -> SimulateRun:
+    tmp = tmp_path_factory.mktemp("simulate")
+    html = tmp / "report.html"
+    result = run_cli("simulate", "--json", "--events", "120", "--crash-rate", "0.2", "--seed", "7",
+                     "--report", str(html), env=isolated_env(tmp), timeout=240)
+    assert result.stdout.strip(), result.stderr[-3000:]
+    return SimulateRun(result.returncode, json.loads(result.stdout), result.stderr, html, tmp)
+
+
+def test_simulate_with_crashes_keeps_every_invariant(crash_run: SimulateRun) -> None:
+    report = crash_run.report
+    broken = [i for i in report["invariants"] if not i["ok"]]
+    assert crash_run.returncode == 0, (broken, crash_run.stderr[-2000:])
+    assert report["ok"] is True and not broken
+    assert report["config"]["database"] == "embedded" and report["config"]["store"] == "postgresql"
+    assert report["replicas"]["killed"] >= 1, "crashes were enabled but no replica was killed"
+    assert 1 <= report["replicas"]["restarted"] <= report["replicas"]["killed"]  # none after the drain
+    wh = report["webhooks"]
+    assert wh["events_in"] == 120
+    assert wh["duplicate_messages"] > 0 and wh["messages_sent"] > wh["events_in"]
+    assert wh["lost_deliveries"] == 0
+    assert wh["deliveries"] == 120 and wh["deliveries_made"] + wh["dead_letters"] == 120
+    assert wh["duplicate_posts"] <= report["replicas"]["killed"]
+    ticks = report["cron"]["ticks"]
+    assert {t["job"] for t in ticks} == {"overdue-invoices", "recurring-billing", "notifications"}
+    for tick in ticks:
+        assert tick["statuses"].get("ran") == 1, tick
+        assert tick["deliveries"] >= 3, tick  # duplicates were delivered to several replicas
+    assert all(e["ok"] for e in report["cron"]["effects"])
+    assert report["latency_ms"]["p50"] is not None and report["throughput_per_second"] > 0
+    assert not processes_under(crash_run.tmp), "simulate left processes running"
+
+
+def test_a_non_atomic_store_makes_simulate_fail(tmp_path: Path) -> None:
+    """The test-only hook wraps the store so grants are not atomic: the report
+    must notice and the exit code must say so."""
+    result = run_cli("simulate", "--json", "--events", "60", "--crash-rate", "0", "--time-limit", "60",
+                     env=isolated_env(tmp_path, ONCEONLY_SIMULATE_BREAK_ATOMICITY="1"), timeout=240)
+    assert result.returncode == 3, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    broken = {i["name"] for i in report["invariants"] if not i["ok"]}
+    assert "each cron tick ran once" in broken
+    assert not processes_under(tmp_path)
+
+
+def test_ctrl_c_stops_every_replica_and_server(tmp_path: Path) -> None:
+    proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "20000", "--crash-rate", "0"],
+                            cwd=REPO_ROOT, env=isolated_env(tmp_path), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        # Wait until the replicas and the embedded PostgreSQL are all up.
+        while len(processes_under(tmp_path)) < 5 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        started = processes_under(tmp_path)
+        assert len(started) >= 5, "replicas and PostgreSQL never came up"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    psutil.wait_procs([p for p in started if p.is_running()], timeout=10)
+    left = processes_under(tmp_path)
+    assert not left, [p.cmdline() for p in left]
+    assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_html_report_is_self_contained_and_holds_the_chart_data(crash_run: SimulateRun) -> None:
+    html = crash_run.html.read_text(encoding="utf-8")
+    for needle in ('id="throughput-chart"', 'id="replica-chart"', 'id="latency-chart"', 'id="report-data"'):
+        assert needle in html
+    start = html.index('<script type="application/json" id="report-data">') + len(
+        '<script type="application/json" id="report-data">')
+    data = json.loads(html[start:html.index("</script>", start)])
+    assert data["timeline"]["total"] == crash_run.report["timeline"]["total"]
+    assert len(data["timeline"]["per_replica"]) == 4
+    assert sum(b["count"] for b in data["latency_ms"]["histogram"]) > 0
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in html and "src=" not in html
+
+
+@pytest.fixture
+def chromium() -> Iterator[str]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("headless Chromium is missing: apt-get install chromium", pytrace=False)
+    yield CHROMIUM
+
+
+def test_html_report_renders_in_headless_chromium(crash_run: SimulateRun, chromium: str, tmp_path: Path) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    screenshot = ARTIFACTS / "simulate-report.png"
+    screenshot.unlink(missing_ok=True)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", "--enable-logging=stderr", "--v=0",
+             # No network at all: any fetch would fail and log an error.
+             "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
+    url = crash_run.html.resolve().as_uri()
+
+    def run(*extra: str, profile: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([chromium, *flags, f"--user-data-dir={tmp_path / profile}", *extra, url],
+                              capture_output=True, text=True, timeout=120)
+
+    dom = run("--dump-dom", profile="dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'data-rendered="ok"' in dom.stdout, "the inline script did not run or found a data mismatch"
+    assert "Data loaded: 120 events" in dom.stdout
+    console_errors = [line for line in dom.stderr.splitlines()
+                      if "CONSOLE" in line and ("Uncaught" in line or "Error" in line or "Refused" in line)]
+    assert not console_errors, console_errors
+    shot = run(f"--screenshot={screenshot}", "--window-size=1100,2400", profile="shot")
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    assert screenshot.exists() and screenshot.stat().st_size > 10_000
