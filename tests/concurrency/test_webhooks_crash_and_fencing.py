@@ -1,0 +1,134 @@
+"""A replica killed mid-attempt, and a replica frozen past its lease.
+
+- Crash: the dispatcher is SIGKILLed while its POST is in flight (the receiver
+  holds the request). After the lease the retry worker reclaims the delivery and
+  delivers it; the repeat carries the same webhook-id, which is how the
+  receiver dedupes this at-least-once case.
+- Fencing: a retry worker is SIGSTOPped after sending its POST, past its lease.
+  Another worker reclaims and delivers. When the frozen one wakes up with its
+  (failed) response, its write is refused: the newer result stands."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+import onceonly
+from onceonly_cli.receiver import Reply, WebhookReceiver
+from tests.concurrency.race import CTX, read_histories
+from tests.support.webhook_workers import lone_worker
+from tests.support.webhooks import (
+    attempts,
+    context,
+    create_subscription,
+    deliveries,
+    drive_retries,
+    lambda_env,
+    message,
+    new_id,
+    scheduled_event,
+    sqs_event,
+    webhook_env,
+)
+from webhooks.deliveries import delivery_id_for
+from webhooks.signing import new_secret
+
+pytestmark = pytest.mark.concurrency
+pytest_plugins = ("tests.support.webhook_fixtures",)
+
+# One claim per batch, a 1 s connect + 4 s read timeout, so a 6 s lease: the
+# tests wait for the lease by polling, never by a tight sleep.
+SHORT_LEASE = {"WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_CONNECT_TIMEOUT": "1", "WEBHOOK_READ_TIMEOUT": "4",
+               "WEBHOOK_ATTEMPT_LEASE": "6"}
+WAIT = 30.0
+
+
+def _setup(db: str, store_url: str, rx: WebhookReceiver) -> tuple[dict[str, str], str, str]:
+    env = webhook_env(db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), **SHORT_LEASE)
+    secret = new_secret()
+    webhook_id = create_subscription(db, rx.endpoint(new_id("ep"), secret), secret)
+    return env, webhook_id, new_id("evt")
+
+
+def _finish(proc: object) -> None:
+    proc.join(WAIT)  # type: ignore[attr-defined]
+    if proc.is_alive():  # type: ignore[attr-defined]
+        proc.kill()  # type: ignore[attr-defined]
+        proc.join()  # type: ignore[attr-defined]
+        pytest.fail("the worker process did not finish")
+
+
+def test_a_replica_killed_mid_attempt_is_reclaimed_and_delivered_with_the_same_id(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    env, webhook_id, event_id = _setup(webhook_db, store_url, receiver)
+    delivery_id = delivery_id_for(webhook_id, event_id)
+    gate = threading.Event()
+    # The endpoint takes the request and answers 200, but only after the kill:
+    # the sender never learns it, so the repeat is the at-least-once case.
+    receiver.script(delivery_id, [Reply(200, hold=gate)])
+    event = sqs_event([message(webhook_id, event_id)])
+    proc = CTX.Process(target=lone_worker, args=("webhook_dispatch", event, tmp_path / "dispatch.jsonl", env))
+    proc.start()
+    try:
+        assert receiver.wait_for(lambda reqs: any(r.webhook_id == delivery_id for r in reqs), timeout=WAIT)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-attempt: the request is in flight
+        proc.join(WAIT)
+    finally:
+        gate.set()
+    assert proc.exitcode == -signal.SIGKILL
+    assert attempts(webhook_db, [delivery_id]) == []  # it died before recording anything
+
+    with lambda_env(env) as (_, retry):
+        summaries = drive_retries(retry, lambda: len(receiver.history(delivery_id)) == 2, timeout=WAIT)
+    first, repeat = receiver.history(delivery_id)
+    assert first.webhook_id == repeat.webhook_id == delivery_id and first.verified and repeat.verified
+    assert repeat.status == 200 and repeat.received_at > first.received_at
+    assert sum(s["leases_reclaimed"] for s in summaries) == 1
+    (attempt,) = attempts(webhook_db, [delivery_id])
+    assert attempt["recorded"] and attempt["fence_token"] >= 1 and attempt["outcome"] == "succeeded"
+    assert deliveries(webhook_db, [delivery_id])[delivery_id]["status"] == "succeeded"
+    assert read_histories(tmp_path) == []  # the killed replica never returned
+
+
+def test_a_worker_frozen_past_its_lease_cannot_overwrite_the_newer_result(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    env, webhook_id, event_id = _setup(webhook_db, store_url, receiver)
+    delivery_id = delivery_id_for(webhook_id, event_id)
+    held = threading.Event()
+    # dispatcher: 500; the frozen worker: 500 once released; the reclaimer: 200
+    receiver.script(delivery_id, [Reply(500), Reply(500, hold=held)])
+    with lambda_env(env) as (dispatch, retry):
+        dispatch(sqs_event([message(webhook_id, event_id)]), context("dispatch"))
+        assert receiver.wait_for(lambda reqs: len(reqs) == 1, timeout=WAIT)
+        frozen = CTX.Process(target=lone_worker,
+                             args=("webhook_retry", scheduled_event(), tmp_path / "frozen.jsonl", env))
+        frozen.start()
+        try:
+            assert receiver.wait_for(lambda reqs: len(reqs) == 2, timeout=WAIT)  # its POST arrived
+            os.kill(frozen.pid, signal.SIGSTOP)
+            held.set()  # the 500 waits in the frozen worker's socket
+            # another worker reclaims once the lease runs out, and delivers
+            drive_retries(retry, lambda: receiver.successes()[delivery_id] == 1, timeout=WAIT)
+            row = deliveries(webhook_db, [delivery_id])[delivery_id]
+            assert (row["status"], row["response_code"]) == ("succeeded", 200)
+        finally:
+            held.set()
+            os.kill(frozen.pid, signal.SIGCONT)
+        _finish(frozen)
+
+    (summary,) = read_histories(tmp_path)
+    assert summary["response"]["fenced_writes_refused"] == 1
+    assert summary["response"]["succeeded"] == summary["response"]["failed"] == 0
+    row = deliveries(webhook_db, [delivery_id])[delivery_id]
+    assert (row["status"], row["response_code"], row["last_error"]) == ("succeeded", 200, None)
+    log = attempts(webhook_db, [delivery_id])
+    assert [(a["outcome"], a["recorded"]) for a in log] == [("failed", True), ("succeeded", True), ("failed", False)]
+    dispatcher_token, newer_token, stale_token = (a["fence_token"] for a in log)
+    assert dispatcher_token == 0 < stale_token < newer_token == row["fence_token"]
+    assert {r.webhook_id for r in receiver.history()} == {delivery_id}

@@ -1,0 +1,115 @@
+"""Replicas: 8 OS processes run the real webhook handlers at once against one
+PostgreSQL and one coordination store (each backend), POSTing to the local
+receiver, which verifies every signature and records every request.
+
+The evidence is the receiver's history and the attempts table, never a counter
+shared with the workers."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import onceonly
+from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from tests.concurrency.race import run_workers
+from tests.support.webhook_workers import dispatch_worker, retry_worker
+from tests.support.webhooks import (
+    attempts,
+    context,
+    create_subscription,
+    deliveries,
+    lambda_env,
+    message,
+    new_id,
+    sqs_event,
+    webhook_env,
+)
+from webhooks.deliveries import delivery_id_for
+from webhooks.signing import new_secret
+
+pytestmark = pytest.mark.concurrency
+pytest_plugins = ("tests.support.webhook_fixtures",)
+
+WORKERS = 8
+EVENTS = 48
+BATCH = 10
+
+
+def _feed(webhook_ids: list[str], rng: random.Random) -> tuple[list[str], list[list[dict[str, Any]]]]:
+    """EVENTS events spread over the subscriptions; every message sent twice and
+    a quarter three times, shuffled into SQS batches dealt out to the workers,
+    so that copies of one message land on different processes."""
+    pairs = [(webhook_ids[i % len(webhook_ids)], new_id("evt")) for i in range(EVENTS)]
+    bodies = [message(w, e) for w, e in pairs]
+    copies = bodies * 2 + rng.sample(bodies, EVENTS // 4)
+    rng.shuffle(copies)
+    batches = [sqs_event(copies[i:i + BATCH]) for i in range(0, len(copies), BATCH)]
+    by_worker: list[list[dict[str, Any]]] = [[] for _ in range(WORKERS)]
+    for n, batch in enumerate(batches):
+        by_worker[n % WORKERS].append(batch)
+    return [delivery_id_for(w, e) for w, e in pairs], by_worker
+
+
+def _env(db: str, store_url: str) -> dict[str, str]:
+    return webhook_env(db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"))
+
+
+def test_dispatch_replicas_post_each_delivery_exactly_once(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    secrets_ = [new_secret(), new_secret()]
+    webhook_ids = [create_subscription(webhook_db, receiver.endpoint(new_id("ep"), s), s) for s in secrets_]
+    expected, by_worker = _feed(webhook_ids, random.Random(3))
+    events = run_workers(dispatch_worker, WORKERS, tmp_path / "dispatch", _env(webhook_db, store_url), by_worker)
+
+    assert sum(len(e["records"]) for e in events) == EVENTS * 2 + EVENTS // 4  # every batch was handled
+    assert [f for e in events for f in e["failures"]] == []
+    history = receiver.history()
+    assert all(r.verified for r in history)
+    assert receiver.successes() == dict.fromkeys(expected, 1)  # none lost, none twice
+    assert Counter(r.webhook_id for r in history) == dict.fromkeys(expected, 1)  # no request beyond those
+    rows = deliveries(webhook_db, expected)
+    assert {(r["status"], r["attempts"]) for r in rows.values()} == {("succeeded", 1)} and len(rows) == EVENTS
+    log = attempts(webhook_db, expected)
+    assert Counter(a["delivery_id"] for a in log) == dict.fromkeys(expected, 1)
+    assert {(a["fence_token"], a["recorded"]) for a in log} == {(0, True)}
+
+
+def test_retry_replicas_attempt_each_due_delivery_once(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    """Every delivery's first attempt fails; 8 retry workers then drain the due
+    queue concurrently. Each delivery gets exactly one more POST."""
+    secret = new_secret()
+    webhook_id = create_subscription(webhook_db, receiver.endpoint(new_id("ep"), secret, Behaviour(fail_first=1)),
+                                     secret)
+    event_ids = [new_id("evt") for _ in range(40)]
+    expected = [delivery_id_for(webhook_id, e) for e in event_ids]
+    env = _env(webhook_db, store_url)
+    with lambda_env(env) as (dispatch, _):
+        for i in range(0, len(event_ids), BATCH):
+            bodies = [message(webhook_id, e) for e in event_ids[i:i + BATCH]]
+            assert dispatch(sqs_event(bodies), context("dispatch")) == {"batchItemFailures": []}
+    assert {r["status"] for r in deliveries(webhook_db, expected).values()} == {"retrying"}
+
+    summaries = run_workers(retry_worker, WORKERS, tmp_path / "retry", env)
+
+    assert sum(s["claimed"] for s in summaries) == len(expected)  # each due item claimed once
+    assert sum(s["succeeded"] for s in summaries) == len(expected)
+    assert sum(s["fenced_writes_refused"] + s["claims_contended"] for s in summaries) == 0
+    assert receiver.successes() == dict.fromkeys(expected, 1)
+    assert Counter(r.webhook_id for r in receiver.history()) == dict.fromkeys(expected, 2)
+    assert all(r.verified for r in receiver.history())
+    rows = deliveries(webhook_db, expected)
+    assert {(r["status"], r["attempts"]) for r in rows.values()} == {("succeeded", 2)}
+    log = attempts(webhook_db, expected)
+    assert all(a["recorded"] for a in log) and len(log) == 2 * len(expected)
+    retried_by = Counter(a["delivery_id"] for a in log if a["fence_token"] > 0)
+    assert retried_by == dict.fromkeys(expected, 1)
+    assert json.dumps(summaries)  # the summaries are plain data (what the handler returns)

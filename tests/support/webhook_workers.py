@@ -1,0 +1,58 @@
+"""Worker processes for the webhook concurrency tests. Each one sets the Lambda
+environment, loads the REAL handler from functions/ (opening its own
+connections after start), waits at the barrier, invokes it and writes what the
+handler returned to its own history file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from onceonly_cli.lambda_runtime import LambdaContext, load_handler
+
+from . import REPO_ROOT
+from .webhooks import scheduled_event
+
+BARRIER_TIMEOUT = 120.0
+
+
+def _handler(function: str, env: dict[str, str]) -> Any:
+    os.environ.update(env)
+    return load_handler(REPO_ROOT / "functions" / function, "app.handler")
+
+
+def dispatch_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str, str],
+                    batches_by_worker: list[list[dict[str, Any]]]) -> None:
+    from tests.concurrency.race import History
+
+    handler = _handler("webhook_dispatch", env)
+    history = History(history_path)
+    barrier.wait(BARRIER_TIMEOUT)
+    for event in batches_by_worker[worker_no]:
+        response = handler(event, LambdaContext(function_name="webhook-dispatch", timeout_seconds=60))
+        history.write(worker=worker_no, records=[r["messageId"] for r in event["Records"]],
+                      failures=[f["itemIdentifier"] for f in response["batchItemFailures"]])
+    history.close()
+
+
+def retry_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str, str]) -> None:
+    from tests.concurrency.race import History
+
+    handler = _handler("webhook_retry", env)
+    history = History(history_path)
+    barrier.wait(BARRIER_TIMEOUT)
+    summary = handler(scheduled_event(), LambdaContext(function_name="webhook-retry", timeout_seconds=60))
+    history.write(worker=worker_no, pid=os.getpid(), **summary)
+    history.close()
+
+
+def lone_worker(function: str, event: dict[str, Any], history_path: Path, env: dict[str, str]) -> None:
+    """One invocation in its own process (to be killed or stopped by the test)."""
+    from tests.concurrency.race import History
+
+    handler = _handler(function, env)
+    history = History(history_path)
+    response = handler(event, LambdaContext(function_name=function, timeout_seconds=60))
+    history.write(pid=os.getpid(), response=response)
+    history.close()
