@@ -1,0 +1,137 @@
+"""`onceonly invoke` for every function of template.yaml with its sample event,
+and `onceonly status` / `onceonly redrive` on a database of their own."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import onceonly
+from onceonly_cli.fake_payments import FakePayments
+from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.template import find_function, function_ids, load_template
+
+from .cli_support import REPO_ROOT, run_cli
+
+TEMPLATE = REPO_ROOT / "template.yaml"
+
+
+@pytest.fixture(scope="module")
+def fresh_database(postgres_url: str) -> Iterator[str]:
+    """A database of its own on the test server, dropped afterwards."""
+    name = f"onceonly_cli_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = postgres_url.rsplit("/", 1)[0] + "/" + name
+    from appdb.migrate import migrate
+
+    migrate(url)
+    yield url
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def aws_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    from onceonly_cli.servers import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+def _functions() -> list[str]:
+    return function_ids(load_template(TEMPLATE))
+
+
+@pytest.mark.parametrize("logical_id", _functions())
+def test_invoke_runs_every_template_function_with_its_sample_event(
+    logical_id: str, fresh_database: str, aws_endpoint: str, tmp_path: Path
+) -> None:
+    import boto3
+
+    spec = find_function(TEMPLATE, logical_id)
+    event = REPO_ROOT / "events" / f"{spec.code_dir.name}.json"
+    assert event.exists(), f"no sample event {event} for {logical_id}"
+    sqs = boto3.client("sqs", endpoint_url=aws_endpoint, region_name="us-east-1")
+    queue_url = sqs.create_queue(QueueName="webhook-events")["QueueUrl"]
+    boto3.client("ses", endpoint_url=aws_endpoint, region_name="us-east-1").verify_email_identity(
+        EmailAddress="billing@example.com")
+    with FakePayments() as payments, WebhookReceiver() as receiver:
+        for record in json.loads(event.read_text()).get("Records", []):
+            webhook_id = json.loads(record["body"])["webhook_id"]
+            secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+            with psycopg.connect(fresh_database, autocommit=True) as conn:
+                conn.execute("INSERT INTO webhook_subscriptions (id, url, secret) VALUES (%s, %s, %s) "
+                             "ON CONFLICT (id) DO UPDATE SET url = EXCLUDED.url",
+                             (webhook_id, receiver.endpoint("hook", secret), secret))
+        env_vars = tmp_path / "env.json"
+        env_vars.write_text(json.dumps({"Parameters": {
+            "AWS_ENDPOINT_URL_SES": aws_endpoint, "AWS_ENDPOINT_URL_SQS": aws_endpoint,
+            "SES_FROM_ADDRESS": "billing@example.com", "WEBHOOK_QUEUE_URL": queue_url,
+            "PAYMENTS_API_URL": payments.url, "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
+            "BILLING_TENANT_SCOPE": f"t-{secrets.token_hex(3)}",
+        }}))
+        result = run_cli("invoke", logical_id, "--event", str(event), "--env-vars", str(env_vars),
+                         "--database", fresh_database, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    response = json.loads(result.stdout)
+    assert isinstance(response, dict)
+    if logical_id == "WebhookDispatchFunction":
+        assert response == {"batchItemFailures": []}
+        assert sum(receiver.successes().values()) >= 1  # a signed request reached the receiver
+
+
+def _seed_dead_delivery_and_tick(url: str) -> tuple[str, str]:
+    delivery = f"msg_{secrets.token_hex(16)}"
+    job = f"job-{secrets.token_hex(3)}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO webhook_subscriptions (id, url, secret) VALUES ('wh-ops', "
+                     "'http://127.0.0.1:9/x', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') ON CONFLICT DO NOTHING")
+        conn.execute("INSERT INTO webhook_deliveries (id, webhook_id, event_id, event_type, payload, status, "
+                     "attempts, last_error) VALUES (%s, 'wh-ops', %s, 'x.y', '{}', 'dead', 4, 'HTTP 500')",
+                     (delivery, f"evt-{delivery}"))
+        conn.execute("INSERT INTO job_ticks (job, scheduled_time, fence_token) VALUES (%s, %s, 1)",
+                     (job, "2031-05-01T02:00:00Z"))
+    store = onceonly.connect(url)
+    store.setup()
+    from datetime import UTC, datetime
+
+    from onceonly.scheduled import tick_lock_name
+
+    lease = store.acquire(tick_lock_name(job, datetime(2031, 5, 1, 2, tzinfo=UTC)), ttl=300)
+    assert lease is not None
+    store.close()
+    return delivery, lease.owner
+
+
+def test_status_shows_queue_dead_letters_and_held_tick_leases(fresh_database: str) -> None:
+    run_cli("invoke", "WebhookRetryFunction", "-e", "events/webhook_retry.json", "--database", fresh_database)
+    delivery, owner = _seed_dead_delivery_and_tick(fresh_database)
+    result = run_cli("status", "--database", fresh_database, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    assert "due queue 'webhook-retries'" in result.stdout
+    assert delivery in result.stdout
+    assert owner in result.stdout and "HELD until" in result.stdout
+
+    redriven = run_cli("redrive", "--delivery", delivery, "--database", fresh_database,
+                       env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
+    assert redriven.returncode == 0, redriven.stderr
+    assert delivery in redriven.stdout
+    with psycopg.connect(fresh_database) as conn:
+        status, generation = conn.execute("SELECT status, generation FROM webhook_deliveries WHERE id = %s",
+                                          (delivery,)).fetchone()
+        queued = conn.execute("SELECT count(*) FROM onceonly_queue WHERE item_id = %s", (delivery,)).fetchone()
+    assert (status, generation, queued[0]) == ("retrying", 1, 1)
+    again = run_cli("redrive", "--delivery", delivery, "--database", fresh_database)
+    assert again.returncode == 1 and "not dead-lettered" in again.stderr
