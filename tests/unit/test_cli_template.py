@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from onceonly_cli.template import Intrinsic, TemplateError, find_function, function_ids, load_template
 
 TEMPLATE = """
