@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import onceonly
 import pytest
 import yaml
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.stub import Stubber
 from moto import mock_aws
+
+import onceonly
 from onceonly.stores.dynamodb import MAX_CONCURRENT_WRITES, DynamoDBStore
 
 TABLE = "onceonly-unit"

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import fakeredis
-import onceonly
 import pytest
 import redis
+
+import onceonly
 from onceonly.stores.redis import SCRIPT_NAMES, SCRIPT_SOURCES, RedisStore
 
 

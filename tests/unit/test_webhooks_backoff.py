@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from tests.support import SHARED  # noqa: F401 - makes the layer's packages importable
 from webhooks.backoff import RetryPolicy, parse_retry_after
 
 

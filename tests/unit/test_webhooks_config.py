@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from onceonly.errors import ConfigError
-from tests.support import SHARED  # noqa: F401 - makes the layer's packages importable
 from webhooks.config import DEFAULT_SCHEDULE, WebhookConfig
 
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from tests.support import SHARED  # noqa: F401 - makes the layer's packages importable
 from webhooks.messages import DeliveryRequest, MalformedMessageError, parse_message
 
 GOOD = {"webhook_id": "wh_1", "event_id": "evt_1", "event_type": "invoice.paid", "payload": {"a": 1}}

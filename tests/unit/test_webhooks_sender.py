@@ -7,7 +7,6 @@ import threading
 import time
 
 from onceonly_cli.receiver import Reply, WebhookReceiver
-from tests.support import SHARED  # noqa: F401 - makes the layer's packages importable
 from webhooks.sender import WebhookSender
 from webhooks.signing import new_secret, signed_headers
 from webhooks.ssrf import check_target

@@ -9,7 +9,6 @@ import pytest
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from tests.support import SHARED  # noqa: F401 - makes the layer's packages importable
 from webhooks.deliveries import delivery_id_for
 from webhooks.signing import new_secret, signed_headers
 

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from onceonly_cli.receiver import WebhookReceiver
-from tests.support import SHARED  # noqa: F401 - makes the layer's packages importable
 from webhooks.sender import WebhookSender
 from webhooks.signing import new_secret, signed_headers
 from webhooks.ssrf import UnsafeTargetError, check_target
