@@ -22,6 +22,7 @@ from onceonly.stores.sqlfile import load_queries
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100
+SQS_BATCH = 10  # SendMessageBatch takes at most 10 entries
 
 
 def invoice_paid_event_id(transaction_hash: str) -> str:
@@ -44,26 +45,41 @@ class FlushResult:
 
 def flush(pool: ConnectionPool, sqs: Any, queue_url: str, *, tenant: str | None = None,
           log: Any = None) -> FlushResult:
-    """Send every unsent outbox row to SQS (batch by batch) and mark it sent.
-    A failing send stops the flush; what is left goes out with the next one."""
+    """Send every unsent outbox row to SQS and mark it sent, batch by batch.
+    Rows SQS did not take stay unsent and go out with the next flush."""
     result = FlushResult()
     while True:
-        # Leaving the block normally (also by return) commits the marks made so far.
+        # Leaving the block normally commits the marks; the row locks keep a
+        # concurrent flush off these rows meanwhile.
         with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(SQL["lock_unsent"], {"tenant": tenant, "limit": FLUSH_BATCH}).fetchall()
-            for done, row in enumerate(rows):
-                body = {"webhook_id": row["webhook_id"], "event_id": row["event_id"],
-                        "event_type": row["event_type"], "payload": row["payload"]}
-                try:
-                    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(body, separators=(",", ":")))
-                except (ClientError, BotoCoreError) as exc:
-                    result.failed = len(rows) - done
-                    if log is not None:
-                        log.error("webhook event not sent; the next run retries it",
-                                  extra={"event_id": row["event_id"], "webhook_id": row["webhook_id"],
-                                         "error": type(exc).__name__})
-                    return result
-                cur.execute(SQL["mark_sent"], {"event_id": row["event_id"], "webhook_id": row["webhook_id"]})
-                result.sent += 1
-        if len(rows) < FLUSH_BATCH:
+            for start in range(0, len(rows), SQS_BATCH):
+                sent = _send_batch(sqs, queue_url, rows[start:start + SQS_BATCH], log)
+                if sent:
+                    cur.executemany(SQL["mark_sent"], [{"event_id": r["event_id"], "webhook_id": r["webhook_id"]}
+                                                       for r in sent])
+                result.sent += len(sent)
+                result.failed += len(rows[start:start + SQS_BATCH]) - len(sent)
+        if len(rows) < FLUSH_BATCH or result.failed:
             return result
+
+
+def _send_batch(sqs: Any, queue_url: str, rows: list[dict[str, Any]], log: Any) -> list[dict[str, Any]]:
+    """One SendMessageBatch call; returns the rows SQS accepted."""
+    entries = [{"Id": str(n), "MessageBody": json.dumps(
+        {"webhook_id": r["webhook_id"], "event_id": r["event_id"], "event_type": r["event_type"],
+         "payload": r["payload"]}, separators=(",", ":"))} for n, r in enumerate(rows)]
+    try:
+        response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+    except (ClientError, BotoCoreError) as exc:
+        if log is not None:
+            log.error("webhook events not sent; the next run retries them",
+                      extra={"count": len(rows), "error": type(exc).__name__})
+        return []
+    for failure in response.get("Failed", []):
+        if log is not None:
+            row = rows[int(failure["Id"])]
+            log.error("webhook event not sent; the next run retries it",
+                      extra={"event_id": row["event_id"], "webhook_id": row["webhook_id"],
+                             "error": failure.get("Code")})
+    return [rows[int(ok["Id"])] for ok in response.get("Successful", [])]

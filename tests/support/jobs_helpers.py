@@ -63,15 +63,13 @@ def sent_emails(recipient_suffix: str) -> list[Any]:
 
 
 def drain_queue(moto_endpoint: str, queue_url: str) -> list[dict[str, Any]]:
-    """Every message in the queue, received once (kept invisible for the test)."""
-    sqs = aws_client("sqs", moto_endpoint)
-    bodies: list[dict[str, Any]] = []
-    while True:
-        batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=600,
-                                    WaitTimeSeconds=0).get("Messages", [])
-        if not batch:
-            return bodies
-        bodies.extend(json.loads(m["Body"]) for m in batch)
+    """The bodies of every message in the queue, read from moto's backend (the
+    server runs in this process; receiving hundreds of messages through the API
+    takes seconds). The queue keeps them: tests use a fresh queue each."""
+    from moto.sqs.models import sqs_backends
+
+    queue = sqs_backends[MOTO_ACCOUNT][REGION].queues[queue_url.rsplit("/", 1)[-1]]
+    return [json.loads(message.body) for message in queue._messages]
 
 
 def new_id(prefix: str) -> str:

@@ -1,0 +1,102 @@
+"""The overdue-invoices job against PostgreSQL: which invoices move, what each
+transition records, and the real handler's duplicate and malformed-event paths."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from psycopg_pool import ConnectionPool
+
+import onceonly
+from billing import overdue
+from tests.support import jobs_data as data
+from tests.support.jobs_helpers import make_scope
+from tests.support.jobs_inprocess import run_tick
+from tests.support.jobs_workers import Invocation, Replicas, scheduled_event
+
+pytest_plugins = ("tests.support.jobs_fixtures",)
+
+
+@pytest.fixture
+def pool(jobs_db: str) -> Iterator[ConnectionPool]:
+    with ConnectionPool(jobs_db, min_size=0, max_size=2, open=True) as p:
+        yield p
+
+
+@pytest.fixture
+def pg_store(postgres_url: str) -> Iterator[onceonly.Store]:
+    store = onceonly.connect(postgres_url)
+    store.setup()
+    yield store
+    store.close()
+
+
+def test_moves_open_invoices_due_before_the_tick_and_records_each_once(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        late = sorted(data.add_invoice(conn, tenant, due_at="2026-11-28T23:59:59Z") for _ in range(2))
+        at_tick = data.add_invoice(conn, tenant, due_at="2026-11-29T02:00:00Z")  # not before the tick
+        data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z", status="paid")
+        data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z", status="draft")
+
+    first = run_tick(pg_store, unique, "2026-11-29T02:00:00Z", lambda t: overdue.run(pool, t, tenant=tenant))
+    # the next day's tick moves the invoice that was due exactly at the first tick, nothing else again
+    second = run_tick(pg_store, unique, "2026-11-30T02:00:00Z", lambda t: overdue.run(pool, t, tenant=tenant))
+
+    assert first["result"].transitioned == 2 and second["result"].transitioned == 1
+    with data.connect(jobs_db) as conn:
+        effects = data.invoice_effects(conn, tenant)
+        emails = data.rows(conn, "SELECT notification_key, subject, status FROM notifications"
+                                 " WHERE tenant_id = %s ORDER BY 1", tenant)
+        ticks = data.rows(conn, "SELECT fence_token, result FROM job_ticks WHERE job = %s ORDER BY scheduled_time",
+                          unique)
+    assert effects["statuses"] == {"overdue": 3, "paid": 1, "draft": 1}
+    assert sorted(h["invoice_id"] for h in effects["history"]) == sorted([*late, at_tick])
+    assert {(h["from_status"], h["to_status"], h["job"]) for h in effects["history"]} == {
+        ("open", "overdue", unique)}
+    assert effects["activity"] == effects["activity_keys"] == 3
+    assert [e["notification_key"] for e in emails] == sorted(f"invoice.overdue:{i}" for i in [*late, at_tick])
+    assert all(e["status"] == "pending" and "is overdue" in e["subject"] for e in emails)
+    assert ticks == [{"fence_token": 1, "result": {"transitioned": 2}},
+                     {"fence_token": 1, "result": {"transitioned": 1}}]
+
+
+def test_a_second_run_of_a_tick_finds_nothing_to_move(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    """Without the tick lock (two job names), the conditional transition alone
+    keeps the effects single."""
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
+    runs = [run_tick(pg_store, f"{unique}-{n}", "2026-11-29T02:00:00Z",
+                     lambda t: overdue.run(pool, t, tenant=tenant)) for n in range(2)]
+    assert [r["result"].transitioned for r in runs] == [1, 0]
+    with data.connect(jobs_db) as conn:
+        effects = data.invoice_effects(conn, tenant)
+    assert len(effects["history"]) == 1 and effects["activity"] == 1 and effects["notifications"] == 1
+
+
+def test_real_handler_skips_a_duplicate_tick_and_refuses_a_malformed_event(
+        postgres_url: str, jobs_db: str, moto_endpoint: str, ses_sender: str, unique: str,
+        replicas: Replicas) -> None:
+    scope = make_scope(jobs_db, postgres_url, moto_endpoint, ses_sender, unique)
+    with data.connect(jobs_db) as conn:
+        data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z")
+    tick = "2026-11-29T02:00:00Z"
+    not_scheduled = {**scheduled_event("overdue_invoices", tick), "source": "aws.s3"}
+
+    for name, event in (("first", scheduled_event("overdue_invoices", tick, "delivery-1")),
+                        ("duplicate", scheduled_event("overdue_invoices", tick, "delivery-2")),
+                        ("malformed", not_scheduled)):
+        replicas.join(replicas.start(Invocation("overdue_invoices", scope.env, event), name=name))
+
+    assert replicas.record("first")["outcome"]["result"] == {"transitioned": 1}
+    assert replicas.record("duplicate")["outcome"] == {"job": scope.job, "tick": tick, "status": "skipped",
+                                                       "reason": "completed"}
+    malformed = replicas.record("malformed")
+    assert malformed["error"] == "InvalidEventError" and "not a scheduled event" in malformed["message"]
+    with data.connect(jobs_db) as conn:
+        effects = data.invoice_effects(conn, scope.tenant)
+    assert len(effects["history"]) == 1 and effects["activity"] == 1 and effects["notifications"] == 1
