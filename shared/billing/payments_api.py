@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any
 
 import requests
@@ -40,10 +40,12 @@ class Page:
 
 
 def _cents(amount: str) -> int:
+    """Whole cents, rounded down: a sub-cent remainder never credits an invoice
+    with more than was paid (and never blocks the poller on one odd record)."""
     try:
-        return int((Decimal(amount) * 100).to_integral_exact())
+        return int((Decimal(amount) * 100).to_integral_value(rounding=ROUND_FLOOR))
     except (InvalidOperation, TypeError) as exc:
-        raise PaymentsApiError(f"amount {amount!r} is not a decimal with at most 2 significant places") from exc
+        raise PaymentsApiError(f"amount {amount!r} is not a decimal number") from exc
 
 
 def _payment(record: dict[str, Any]) -> Payment:
