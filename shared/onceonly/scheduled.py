@@ -208,9 +208,13 @@ def scheduled(
             try:
                 result = body(event, context, tick)
             except LeaseLostError as exc:
+                # A lease the body relies on (the tick's, or one of its own) was
+                # lost: a newer run owns the work. Not an error. If the tick's
+                # lease is still ours, give it back so a retry is not blocked.
                 count("ticks_superseded")
-                log.warning("tick superseded: its lease was lost, a newer run owns it",
-                            extra={**context_fields, "error": str(exc)})
+                released = tick_store.release(tick.lease)
+                log.warning("tick superseded: a lease was lost, a newer run owns the work",
+                            extra={**context_fields, "error": str(exc), "released": released})
                 return {**report, "status": "superseded", "token": lease.token}
             except Exception:
                 count("ticks_failed")

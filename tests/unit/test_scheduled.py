@@ -122,6 +122,17 @@ def test_lost_lease_means_superseded_not_error(store: onceonly.Store, unique: st
     assert outcome["status"] == "superseded" and outcome["token"] == 1
 
 
+def test_losing_another_lease_releases_the_tick(store: onceonly.Store, unique: str) -> None:
+    def body(event: Any, context: Any, tick: onceonly.Tick) -> None:
+        raise onceonly.LeaseLostError("the job-wide lease went to a newer run")
+
+    handler = onceonly.scheduled(store, job=unique, ttl=30)(body)
+    outcome = handler(event_at("2026-11-29T02:00:00Z"), None)
+    assert outcome["status"] == "superseded"
+    retry = store.acquire(tick_lock_name(unique, scheduled_time_of(event_at("2026-11-29T02:00:00Z"))), ttl=30)
+    assert retry is not None and retry.token == 2  # released, not left held until expiry
+
+
 def test_renew_keeps_the_tick_past_its_first_ttl(store: onceonly.Store, unique: str) -> None:
     seen: list[dict[str, Any]] = []
 
