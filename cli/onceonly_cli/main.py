@@ -49,8 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--crash-rate", type=_rate, default=0.1, metavar="P",
                      help="chance that a replica is SIGKILLed during an invocation (default 0.1)")
     sim.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
-    sim.add_argument("--time-limit", type=_positive_int, default=120, metavar="SECONDS",
-                     help="give up (and fail) if the work is not finished by then (default 120)")
+    sim.add_argument("--stall-limit", type=_positive_int, default=20, metavar="SECONDS",
+                     help="give up (and fail) once no work has progressed for this long (default 20)")
+    sim.add_argument("--time-limit", type=_positive_int, default=300, metavar="SECONDS",
+                     help="give up (and fail) if the work is not finished by then, progressing or not "
+                          "(default 300)")
     sim.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     sim.add_argument("--report", type=Path, metavar="FILE.html", help="also write an HTML report with charts")
 

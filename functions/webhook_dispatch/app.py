@@ -37,7 +37,7 @@ def record_handler(record: SQSRecord) -> str:
         logger.warning("malformed record rejected",
                        extra={"message_id": record.message_id, "reason": str(exc)})
         raise
-    if result.kind == "duplicate":
+    if result.kind in ("duplicate", "rearmed"):
         metrics.add_metric(name="claims_contended", unit=MetricUnit.Count, value=1)
     elif result.attempt is not None:
         if result.attempt.recorded:

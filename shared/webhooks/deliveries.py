@@ -99,8 +99,11 @@ class DeliveryRepository:
         })
         return delivery_id if rows else None
 
-    def is_stranded(self, delivery_id: str, lease: float) -> bool:
-        return bool(self._rows("stranded_delivery", {"id": delivery_id, "lease": lease}))
+    def untouched_since(self, delivery_id: str) -> float | None:
+        """When the delivery was created, if no attempt was recorded and no claim
+        stamped it yet (its creator is mid-attempt or died); else None."""
+        rows = self._rows("untouched_delivery", {"id": delivery_id})
+        return float(rows[0]["created_at"]) if rows else None
 
     def load(self, delivery_id: str) -> AttemptInput | None:
         rows = self._rows("load_for_attempt", {"id": delivery_id})

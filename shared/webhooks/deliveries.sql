@@ -15,14 +15,14 @@ VALUES (%(id)s, %(webhook_id)s, %(event_id)s, %(event_type)s, %(payload)s::jsonb
 ON CONFLICT (webhook_id, event_id) DO NOTHING
 RETURNING id, generation, fence_token;
 
--- name: stranded_delivery --
--- In: id, lease (seconds). Out: the row if its creator never recorded an outcome
--- and no retry worker ever stamped it, long after the creator's lease: the
--- creator died between the insert and queueing the safety net, so nothing else
--- would ever attempt it. A redelivered SQS message re-queues it.
-SELECT id, generation FROM webhook_deliveries
- WHERE id = %(id)s AND status = 'pending' AND attempts = 0 AND fence_token = 0 AND generation = 0
-   AND created_at < now() - make_interval(secs => %(lease)s);
+-- name: untouched_delivery --
+-- In: id. Out: the row's creation time (epoch) if nobody has recorded an
+-- attempt or stamped a claim on it yet, else NO row. Such a delivery's creator
+-- is either still making the first attempt or died, maybe before it queued the
+-- safety net (then nothing else would ever attempt it): a redelivered message
+-- re-arms the net, whenever SQS happens to bring it back.
+SELECT extract(epoch FROM created_at)::float8 AS created_at FROM webhook_deliveries
+ WHERE id = %(id)s AND status = 'pending' AND attempts = 0 AND fence_token = 0 AND generation = 0;
 
 -- name: load_for_attempt --
 -- Everything an attempt needs, the subscription included.

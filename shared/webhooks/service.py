@@ -51,7 +51,7 @@ class AttemptReport:
 @dataclass(frozen=True)
 class DispatchResult:
     delivery_id: str
-    kind: str  # attempted | duplicate | requeued (a stranded delivery, see deliveries.sql)
+    kind: str  # attempted | duplicate | rearmed (an untouched delivery's safety net, see _duplicate)
     attempt: AttemptReport | None = None
 
 
@@ -118,10 +118,16 @@ class WebhookService:
         return DispatchResult(delivery_id, "attempted", report)
 
     def _duplicate(self, delivery_id: str) -> DispatchResult:
-        if self.repo.is_stranded(delivery_id, self.config.attempt_lease):
-            self.queue.put(delivery_id, payload={"generation": 0})
-            self.log.warning("stranded delivery re-queued", extra={"delivery_id": delivery_id})
-            return DispatchResult(delivery_id, "requeued")
+        created_at = self.repo.untouched_since(delivery_id)
+        if created_at is not None:
+            # Its creator may have died between the INSERT and queueing the safety
+            # net, and this message may be the last one SQS brings for the event,
+            # however soon after the crash that is. Re-arm the net for when the
+            # creator's own would come due: a live creator's outcome replaces it,
+            # a dead one's delivery is claimed then. Never rely on SQS timing.
+            self.queue.put(delivery_id, due_at=created_at + self.config.attempt_lease, payload={"generation": 0})
+            self.log.info("duplicate message: safety net re-armed", extra={"delivery_id": delivery_id})
+            return DispatchResult(delivery_id, "rearmed")
         self.log.info("duplicate message: delivery exists", extra={"delivery_id": delivery_id})
         return DispatchResult(delivery_id, "duplicate")
 

@@ -11,6 +11,7 @@ import random
 import secrets
 import time
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import onceonly
+from onceonly.scheduled import tick_lock_name
 
 from ..errors import CliError
 from ..servers import REPO_ROOT
 from .billing_load import BillingLoad, verify_ses_sender
+from .drain import DrainWatch
 from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
 from .html_report import render_html
 from .loadgen import CronJob, Driver
@@ -163,25 +166,33 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
     conn = psycopg.connect(stack.database_url, autocommit=True)
     cleanup.callback(conn.close)
     start = time.time()
-    deadline = time.monotonic() + args.time_limit
+    watch = DrainWatch(stall_limit=args.stall_limit, time_limit=args.time_limit)
     next_poll = 0.0
-    drained = False
-    while time.monotonic() < deadline:
+    while True:
         driver.step(feed_cron=True)
         progress.update(fed_task, completed=len(load.first_sent))
         progress.update(cron_task, completed=driver.cron_progress[0])
         if time.monotonic() < next_poll:
             continue
         next_poll = time.monotonic() + POLL_EVERY
-        unfinished, total = load.unfinished(conn)
+        unfinished, total, attempts = load.unfinished(conn)
         progress.update(done_task, completed=total - unfinished)
-        if driver.idle and unfinished == 0 and total >= load.events_in and retry_queue.depth().total == 0:
-            drained = True
+        finished_all = driver.idle and unfinished == 0 and total >= load.events_in and \
+            retry_queue.depth().total == 0
+        # Progress is work moving forward, never the retry schedule's own ticks.
+        moved = (len(load.first_sent), driver.messages_sent, total - unfinished, attempts,
+                 driver.cron_progress[0])
+        if watch.observe(moved, finished=finished_all):
             break
     finished = time.time()
     pool.stop()
+    ticks = driver.ticks
+    for tick in ticks:
+        state = store.inspect(tick_lock_name(tick.job, datetime.fromisoformat(tick.tick)))
+        tick.completed = bool(state and state.completed)
     facts = load.facts(conn, stack.receiver, driver.messages_sent, driver.sqs_dead_letters)
     config["startup_seconds"] = round(start - pool_started, 2)
     return build_report(config=config, started=start, finished=finished, replicas=args.replicas,
-                        deliveries=facts, ticks=driver.ticks, effects=billing.effects(conn),
-                        invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=drained)
+                        deliveries=facts, ticks=ticks, effects=billing.effects(conn),
+                        invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,
+                        drain_detail=watch.detail())

@@ -23,8 +23,10 @@ DUPLICATE_WINDOW = 40  # a duplicate lands within this many messages of the orig
 INSERT_SUBSCRIPTION = "INSERT INTO webhook_subscriptions (id, url, secret) VALUES (%s, %s, %s)"
 DELIVERY_STATUSES = "SELECT id, status FROM webhook_deliveries WHERE webhook_id = ANY(%s)"
 UNFINISHED_DELIVERIES = """
-SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*)
-  FROM webhook_deliveries WHERE webhook_id = ANY(%s)"""
+SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*),
+       (SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+         WHERE d.webhook_id = ANY(%(ids)s))
+  FROM webhook_deliveries WHERE webhook_id = ANY(%(ids)s)"""
 # Outcome writes the fence refused: a holder that outlived its claim.
 FENCED_ATTEMPTS = """
 SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
@@ -97,10 +99,11 @@ class WebhookLoad:
         if delivery_id is not None and delivery_id not in self.first_sent:
             self.first_sent[delivery_id] = at
 
-    def unfinished(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
-        row = conn.execute(UNFINISHED_DELIVERIES, (self.subscription_ids,)).fetchone()
+    def unfinished(self, conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
+        """(deliveries not yet succeeded or dead, deliveries, attempts made so far)."""
+        row = conn.execute(UNFINISHED_DELIVERIES, {"ids": self.subscription_ids}).fetchone()
         assert row is not None
-        return int(row[0]), int(row[1])
+        return int(row[0]), int(row[1]), int(row[2])
 
     def facts(self, conn: psycopg.Connection[Any], receiver: Any, messages_sent: int,
               sqs_dead_letters: int) -> DeliveryFacts:
