@@ -4,10 +4,8 @@ backoff, and ends in a kept `failed` state after bounded failures."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
@@ -19,20 +17,6 @@ from tests.support.jobs_helpers import aws_client, sent_emails
 from tests.support.jobs_inprocess import run_tick
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
-
-
-@pytest.fixture
-def pool(jobs_db: str) -> Iterator[ConnectionPool]:
-    with ConnectionPool(jobs_db, min_size=0, max_size=2, open=True) as p:
-        yield p
-
-
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[onceonly.Store]:
-    store = onceonly.connect(postgres_url)
-    store.setup()
-    yield store
-    store.close()
 
 
 def settings(sender: str, **changes: object) -> NotificationSettings:

@@ -3,9 +3,6 @@ transition records, and the real handler's duplicate and malformed-event paths."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
@@ -16,20 +13,6 @@ from tests.support.jobs_inprocess import run_tick
 from tests.support.jobs_workers import Invocation, Replicas, scheduled_event
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
-
-
-@pytest.fixture
-def pool(jobs_db: str) -> Iterator[ConnectionPool]:
-    with ConnectionPool(jobs_db, min_size=0, max_size=2, open=True) as p:
-        yield p
-
-
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[onceonly.Store]:
-    store = onceonly.connect(postgres_url)
-    store.setup()
-    yield store
-    store.close()
 
 
 def test_moves_open_invoices_due_before_the_tick_and_records_each_once(

@@ -22,20 +22,6 @@ pytest_plugins = ("tests.support.jobs_fixtures",)
 
 
 @pytest.fixture
-def pool(jobs_db: str) -> Iterator[ConnectionPool]:
-    with ConnectionPool(jobs_db, min_size=0, max_size=2, open=True) as p:
-        yield p
-
-
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[onceonly.Store]:
-    store = onceonly.connect(postgres_url)
-    store.setup()
-    yield store
-    store.close()
-
-
-@pytest.fixture
 def webhooks(jobs_db: str) -> Iterator[tuple[str, str]]:
     """One enabled and one disabled subscription; the enabled one is disabled
     afterwards so that later tests' payments do not fan out to it."""

@@ -3,10 +3,8 @@ period, catch-up of missed periods, and a second generation that is a no-op."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import date
 
-import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
@@ -15,20 +13,6 @@ from tests.support import jobs_data as data
 from tests.support.jobs_inprocess import run_tick
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
-
-
-@pytest.fixture
-def pool(jobs_db: str) -> Iterator[ConnectionPool]:
-    with ConnectionPool(jobs_db, min_size=0, max_size=2, open=True) as p:
-        yield p
-
-
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[onceonly.Store]:
-    store = onceonly.connect(postgres_url)
-    store.setup()
-    yield store
-    store.close()
 
 
 def periods(jobs_db: str, schedule: str) -> list[str]:

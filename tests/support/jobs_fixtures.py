@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from psycopg_pool import ConnectionPool
 
 import onceonly
 from appdb.migrate import migrate
@@ -28,6 +29,21 @@ def jobs_db(postgres_url: str) -> str:
     only its own rows."""
     migrate(postgres_url)
     return postgres_url
+
+
+@pytest.fixture
+def pool(jobs_db: str) -> Iterator[ConnectionPool]:
+    with ConnectionPool(jobs_db, min_size=0, max_size=2, open=True) as p:
+        yield p
+
+
+@pytest.fixture
+def pg_store(postgres_url: str) -> Iterator[onceonly.Store]:
+    """A PostgreSQL coordination store, for tests that need only one."""
+    store = onceonly.connect(postgres_url)
+    store.setup()
+    yield store
+    store.close()
 
 
 @pytest.fixture(scope="session")
