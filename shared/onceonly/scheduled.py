@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from .api import Lease, Store
 from .errors import ConfigError, LeaseLostError, OnceOnlyError
+from .stores._common import check_seconds
 
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
 SCHEDULED_SOURCE = "aws.events"
@@ -136,12 +137,6 @@ def _check_job(job: str) -> str:
     return job
 
 
-def _check_seconds(value: float, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"{what} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
 def _resolve(source: StoreSource) -> Store:
     if isinstance(source, Store):
         return source
@@ -180,8 +175,8 @@ def scheduled(
     body raised after releasing the tick.
     """
     job = _check_job(job)
-    ttl = _check_seconds(ttl, "ttl")
-    keep = _check_seconds(keep, "keep")
+    ttl = check_seconds(ttl, "ttl")
+    keep = check_seconds(keep, "keep")
     log = logger if logger is not None else _log
 
     def count(name: str) -> None:
