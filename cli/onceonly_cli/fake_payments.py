@@ -31,19 +31,28 @@ class FakePayments:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._records: list[dict[str, Any]] = []
+        self._base = 0  # paging tokens start above this
         self.requests: list[dict[str, str]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # -- data ------------------------------------------------------------------
+    def continue_after(self, paging_token: str) -> None:
+        """Number the records after ``paging_token``, as a real API's history goes
+        on: a poller whose cursor an earlier run left there sees every new record."""
+        with self._lock:
+            if self._records:
+                raise RuntimeError("continue_after must come before the first add")
+            self._base = int(paging_token) if paging_token.isdigit() else 0
+
     def add(self, *, memo: str | None, amount: str | Decimal, asset_code: str = "USD",
             transaction_hash: str | None = None, successful: bool = True) -> dict[str, Any]:
         """Append one payment; returns its record."""
         with self._lock:
-            number = len(self._records) + 1
+            token = str(self._base + (len(self._records) + 1) * PAGING_STEP)
             record = {
-                "id": str(number * PAGING_STEP),
-                "paging_token": str(number * PAGING_STEP),
+                "id": token,
+                "paging_token": token,
                 "transaction_hash": transaction_hash or secrets.token_hex(32),
                 "type": "payment",
                 "transaction_successful": successful,

@@ -22,6 +22,7 @@ from .cli_support import ONCEONLY, REPO_ROOT, run_cli
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+EVENTS = 60
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +38,17 @@ def processes_under(path: Path) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def replicas_under(path: Path) -> list[psutil.Process]:
+    replicas = []
+    for proc in processes_under(path):
+        try:
+            if "onceonly_cli.simulate.replica" in proc.cmdline():
+                replicas.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return replicas
 
 
 def isolated_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -58,7 +70,9 @@ class SimulateRun:
 def crash_run(tmp_path_factory: pytest.TempPathFactory) -> SimulateRun:
     tmp = tmp_path_factory.mktemp("simulate")
     html = tmp / "report.html"
-    result = run_cli("simulate", "--json", "--events", "120", "--crash-rate", "0.2", "--seed", "7",
+    # Few events: the webhook paths, every cron job and the payment watcher's SQS
+    # hop are all exercised, and crashes hit each of them at this rate anyway.
+    result = run_cli("simulate", "--json", "--events", str(EVENTS), "--crash-rate", "0.2", "--seed", "7",
                      "--report", str(html), env=isolated_env(tmp), timeout=240)
     assert result.stdout.strip(), result.stderr[-3000:]
     return SimulateRun(result.returncode, json.loads(result.stdout), result.stderr, html, tmp)
@@ -72,18 +86,27 @@ def test_simulate_with_crashes_keeps_every_invariant(crash_run: SimulateRun) -> 
     assert report["config"]["database"] == "embedded" and report["config"]["store"] == "postgresql"
     assert report["replicas"]["killed"] >= 1, "crashes were enabled but no replica was killed"
     assert 1 <= report["replicas"]["restarted"] <= report["replicas"]["killed"]  # none after the drain
-    wh = report["webhooks"]
-    assert wh["events_in"] == 120
+    wh, paid = report["webhooks"], report["payments"]
+    assert wh["events_in"] == EVENTS
     assert wh["duplicate_messages"] > 0 and wh["messages_sent"] > wh["events_in"]
     assert wh["lost_deliveries"] == 0
-    assert wh["deliveries"] == 120 and wh["deliveries_made"] + wh["dead_letters"] == 120
+    # One delivery per fed event, plus one per (subscription, invoice the watcher saw paid).
+    assert paid["invoice_paid_deliveries"] > 0
+    assert wh["deliveries"] == EVENTS + paid["invoice_paid_deliveries"]
+    assert wh["deliveries_made"] + wh["dead_letters"] == wh["deliveries"]
+    assert paid["invoice_paid_received"] + paid["invoice_paid_dead"] == paid["invoice_paid_deliveries"]
     assert wh["duplicate_posts"] <= report["replicas"]["killed"]
     ticks = report["cron"]["ticks"]
-    assert {t["job"] for t in ticks} == {"overdue-invoices", "recurring-billing", "notifications"}
+    assert {t["job"] for t in ticks} == {"overdue-invoices", "recurring-billing", "notifications", "payment-watcher"}
     for tick in ticks:
-        assert tick["statuses"].get("ran") == 1, tick
+        assert tick["ok"] and tick["completed"], tick
+        assert tick["statuses"].get("ran", 0) <= 1, tick
         assert tick["deliveries"] >= 3, tick  # duplicates were delivered to several replicas
     assert all(e["ok"] for e in report["cron"]["effects"])
+    assert [e for e in paid["effects"] if e["what"] == "payments applied" and e["ok"] and e["actual"] > 0]
+    assert all(e["ok"] for e in paid["effects"])
+    held = {i["name"] for i in report["invariants"] if i["ok"]}
+    assert {"each payment applied once", "invoice.paid: one delivery per subscription"} <= held
     assert report["latency_ms"]["p50"] is not None and report["throughput_per_second"] > 0
     assert not processes_under(crash_run.tmp), "simulate left processes running"
 
@@ -91,7 +114,7 @@ def test_simulate_with_crashes_keeps_every_invariant(crash_run: SimulateRun) -> 
 def test_a_non_atomic_store_makes_simulate_fail(tmp_path: Path) -> None:
     """The test-only hook wraps the store so grants are not atomic: the report
     must notice and the exit code must say so."""
-    result = run_cli("simulate", "--json", "--events", "60", "--crash-rate", "0", "--time-limit", "60",
+    result = run_cli("simulate", "--json", "--events", "30", "--crash-rate", "0", "--time-limit", "60",
                      env=isolated_env(tmp_path, ONCEONLY_SIMULATE_BREAK_ATOMICITY="1"), timeout=240)
     assert result.returncode == 3, result.stderr[-2000:]
     report = json.loads(result.stdout)
@@ -102,16 +125,17 @@ def test_a_non_atomic_store_makes_simulate_fail(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_every_replica_and_server(tmp_path: Path) -> None:
-    proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "20000", "--crash-rate", "0"],
+    proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "2000", "--crash-rate", "0"],
                             cwd=REPO_ROOT, env=isolated_env(tmp_path), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        # Wait until the replicas and the embedded PostgreSQL are all up.
-        while len(processes_under(tmp_path)) < 5 and time.monotonic() < deadline and proc.poll() is None:
+        # Wait until the embedded PostgreSQL and all four replicas are up: the run is under way.
+        while len(replicas_under(tmp_path)) < 4 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
         started = processes_under(tmp_path)
-        assert len(started) >= 5, "replicas and PostgreSQL never came up"
+        assert len(replicas_under(tmp_path)) == 4, "the replicas never came up"
+        assert len(started) > 4, "the embedded PostgreSQL is not running"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
     finally:
@@ -163,7 +187,7 @@ def test_html_report_renders_in_headless_chromium(crash_run: SimulateRun, chromi
     dom = run("--dump-dom", profile="dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert 'data-rendered="ok"' in dom.stdout, "the inline script did not run or found a data mismatch"
-    assert "Data loaded: 120 events" in dom.stdout
+    assert f"Data loaded: {EVENTS} events" in dom.stdout
     console_errors = [line for line in dom.stderr.splitlines()
                       if "CONSOLE" in line and ("Uncaught" in line or "Error" in line or "Refused" in line)]
     assert not console_errors, console_errors

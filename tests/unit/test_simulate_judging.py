@@ -11,20 +11,28 @@ from onceonly_cli.simulate.drain import DrainWatch
 from onceonly_cli.simulate.report import TickFacts
 
 
-def tick(completed: bool, **statuses: int) -> TickFacts:
-    return TickFacts("overdue-invoices", "2040-01-01T02:00:00Z", sum(statuses.values()), Counter(statuses),
-                     completed=completed)
+def tick(completed: bool, final_token: int | None, *runs: tuple[str, int], crashed: int = 0,
+         skipped: int = 3) -> TickFacts:
+    statuses = Counter({"skipped": skipped, "crashed": crashed})
+    for status, _ in runs:
+        statuses[status] += 1
+    return TickFacts("overdue-invoices", "2040-01-01T02:00:00Z", sum(statuses.values()), +statuses,
+                     completed=completed, final_token=final_token, tokens=list(runs))
 
 
 @pytest.mark.parametrize(("facts", "ok"), [
-    (tick(True, ran=1, skipped=3), True),
+    (tick(True, 1, ("ran", 1)), True),
     # The run finished the tick, completed its lock, and was killed before answering.
-    (tick(True, crashed=1, skipped=3), True),
-    (tick(True, ran=2, skipped=2), False),
-    (tick(True, ran=1, superseded=1, skipped=2), False),
-    (tick(False, crashed=1, skipped=3), False),  # nobody finished it
-    (tick(False, ran=1, skipped=3), False),  # "ran" but the lock says otherwise
-    (tick(True, skipped=4), False),  # completed, yet no run of ours can have done it
+    (tick(True, 2, crashed=1), True),
+    # A slow run lost its lease to a newer grant, which finished the tick: the fence at work.
+    (tick(True, 2, ("superseded", 1), ("ran", 2)), True),
+    (tick(True, 1, ("ran", 1), ("ran", 1)), False),
+    # Superseded without any newer grant: two runs held the same grant.
+    (tick(True, 1, ("ran", 1), ("superseded", 1)), False),
+    (tick(True, 2, ("ran", 1)), False),  # "ran" with a grant that is not the newest
+    (tick(False, 1, crashed=1), False),  # nobody finished it
+    (tick(False, 1, ("ran", 1)), False),  # "ran" but the lock says otherwise
+    (tick(True, 1, skipped=4), False),  # completed, yet no run of ours can have done it
 ])
 def test_a_tick_ran_once_only_with_one_finished_run(facts: TickFacts, ok: bool) -> None:
     assert facts.ran_once() is ok

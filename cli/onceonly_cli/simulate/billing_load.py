@@ -31,7 +31,7 @@ INSERT_SCHEDULE = """
 INSERT INTO billing_schedules (id, tenant_id, customer_email, amount_cents, cadence, anchor)
 VALUES (%s, %s, %s, %s, 'daily', %s)"""
 COUNTS = {
-    "invoices moved to overdue": "SELECT count(*) FROM invoices WHERE tenant_id = %s AND status = 'overdue'",
+    "invoices overdue at the end": "SELECT count(*) FROM invoices WHERE tenant_id = %s AND status = 'overdue'",
     "overdue history rows": """SELECT count(*) FROM invoice_status_history h JOIN invoices i ON i.id = h.invoice_id
                                 WHERE i.tenant_id = %s AND h.to_status = 'overdue'""",
     "overdue activity events": "SELECT count(*) FROM activity_events WHERE tenant_id = %s AND kind = 'invoice.overdue'",
@@ -41,11 +41,18 @@ COUNTS = {
     "e-mails sent": "SELECT count(*) FROM notifications WHERE tenant_id = %s AND status = 'sent'",
 }
 JOB_OF = {
-    "invoices moved to overdue": "overdue-invoices", "overdue history rows": "overdue-invoices",
+    "invoices overdue at the end": "overdue-invoices", "overdue history rows": "overdue-invoices",
     "overdue activity events": "overdue-invoices", "invoices generated": "recurring-billing",
     "invoice.created events": "recurring-billing", "e-mails queued": "overdue + recurring",
     "e-mails sent": "notifications",
 }
+
+
+@dataclass(frozen=True)
+class SeededInvoice:
+    id: str
+    amount_cents: int
+    overdue: bool  # past due at the first tick: the overdue job moves it
 
 
 @dataclass
@@ -56,6 +63,7 @@ class BillingLoad:
     tenant: str = ""
     base: datetime = field(default_factory=lambda: datetime.now(UTC))
     expected: dict[str, int] = field(default_factory=dict)
+    invoices: list[SeededInvoice] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tenant = f"sim-{self.run_id}"
@@ -89,8 +97,10 @@ class BillingLoad:
                 overdue = i < OVERDUE_INVOICES
                 due = self.base - timedelta(hours=self.rng.randint(1, 240)) if overdue else \
                     last_tick + timedelta(days=30)
-                conn.execute(INSERT_INVOICE, (f"inv_{self.tenant}_{i}", self.tenant, f"c{i}@example.com",
-                                              1000 + i, due))
+                invoice = SeededInvoice(f"inv_{self.tenant}_{i}", 1000 + i, overdue)
+                conn.execute(INSERT_INVOICE, (invoice.id, self.tenant, f"c{i}@example.com", invoice.amount_cents,
+                                              due))
+                self.invoices.append(invoice)
             generated = 0
             for s in range(SCHEDULES):
                 missed = self.rng.randint(1, 4)  # periods already due at the first tick
@@ -102,12 +112,18 @@ class BillingLoad:
         overdue_count = OVERDUE_INVOICES if "overdue-invoices" in has else 0
         generated = generated if "recurring-billing" in has else 0
         self.expected = {
-            "invoices moved to overdue": overdue_count, "overdue history rows": overdue_count,
+            "invoices overdue at the end": overdue_count, "overdue history rows": overdue_count,
             "overdue activity events": overdue_count, "invoices generated": generated,
             "invoice.created events": generated, "e-mails queued": overdue_count + generated,
         }
         if "notifications" in has:
             self.expected["e-mails sent"] = overdue_count + generated
+
+    def expect_paid_after_overdue(self, count: int) -> None:
+        """``count`` overdue invoices get paid later in the run: they end `paid`,
+        not `overdue` (their overdue history rows and events stay)."""
+        if "invoices overdue at the end" in self.expected:
+            self.expected["invoices overdue at the end"] -= count
 
     def effects(self, conn: psycopg.Connection[Any]) -> list[EffectCheck]:
         checks = []

@@ -11,6 +11,7 @@ import random
 import secrets
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,15 +30,18 @@ from .drain import DrainWatch
 from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
 from .html_report import render_html
 from .loadgen import CronJob, Driver
+from .payments_load import PaymentsLoad
 from .replicas import ReplicaPool, ReplicaStartError
 from .report import build_report
 from .report_text import print_report
+from .sqs_bridge import SqsBridge
 from .stack import Stack, start_stack
 from .webhook_load import WebhookLoad
 
-# The jobs simulate seeds and checks; the payment watcher needs a payments API
-# and an SQS hop the simulation does not model yet.
+# The jobs simulate seeds and checks. The payment watcher also needs moto (its
+# SQS hop back to the dispatcher).
 BILLING_JOBS = ("OverdueInvoicesFunction", "RecurringBillingFunction", "NotificationsFunction")
+WATCHER = "PaymentWatcherFunction"
 
 INVARIANT_BROKEN = 3
 POLL_EVERY = 0.5  # seconds between database checks of what is still unfinished
@@ -89,36 +93,43 @@ def replica_env(stack: Stack, specs: dict[str, Any], extra: dict[str, str]) -> d
     return env
 
 
+@dataclass
+class Plan:
+    """What a run feeds and later judges, seeded before the replicas start."""
+
+    webhooks: WebhookLoad
+    billing: BillingLoad
+    payments: PaymentsLoad | None  # None without moto: the watcher has no queue to send to
+    bridge: SqsBridge | None  # the watcher's SQS queue, drained into the dispatcher
+    messages: list[Any]
+    retry_queue: str
+    cron_jobs: list[CronJob]
+
+
 def simulate_command(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else secrets.randbits(32)
     rng = random.Random(seed)
     run_id = secrets.token_hex(3)
     console = Console(stderr=True)
     specs = {fid: spec for fid, spec in simulated_functions(REPO_ROOT / "template.yaml").items()
-             if fid in (DISPATCH, RETRY, *BILLING_JOBS)}
+             if fid in (DISPATCH, RETRY, WATCHER, *BILLING_JOBS)}
     config = {"events": args.events, "replicas": args.replicas, "receiver_latency": args.receiver_latency,
               "failure_rate": args.failure_rate, "crash_rate": args.crash_rate, "seed": seed, "run_id": run_id}
     with ExitStack() as cleanup:
-        with console.status("starting the stack (embedded PostgreSQL, receiver, moto)…"):
+        with console.status("starting the stack (embedded PostgreSQL, receiver, payments API, moto)…"):
             stack = start_stack(args.database, args.store)
         cleanup.callback(stack.close)
         config.update(store=stack.store_kind, database="embedded" if stack.embedded_database else "external")
-        load = WebhookLoad(run_id, rng)
-        load.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
-        messages = load.messages(args.events)
-        queue_name = f"sim-{run_id}-webhook-retries"
-        env = replica_env(stack, specs, webhook_settings(args.receiver_latency, queue_name))
-        billing = BillingLoad(run_id, rng, {fid: job for fid, job in CRON_JOBS.items()
-                                            if fid in specs and fid in BILLING_JOBS})
-        billing.seed(stack.database_url)
-        if stack.aws_endpoint:
-            verify_ses_sender(stack.aws_endpoint)
-        env.update(billing.env())
-        cron_jobs = billing.cron_jobs()
-        config["cron_jobs"] = [job.job for job in cron_jobs]
+        if not stack.aws_endpoint:
+            specs.pop(WATCHER, None)
+        plan = _seed(args, stack, rng, run_id, specs, cleanup)
+        env = replica_env(stack, specs, webhook_settings(args.receiver_latency, plan.retry_queue))
+        env.update(plan.billing.env())
+        if plan.payments and plan.bridge:
+            env.update(plan.payments.env(stack.payments.url, plan.bridge.queue_url))
+        config["cron_jobs"] = [job.job for job in plan.cron_jobs]
         timeouts = {s.logical_id: s.timeout for s in specs.values()}
-        report = _drive(args, console, stack, env, timeouts, load, billing, messages, queue_name, rng, config,
-                        cron_jobs, cleanup)
+        report = _drive(args, console, stack, env, timeouts, plan, rng, config, cleanup)
     if args.report:
         _write(args.report, render_html(report))
     if args.json:
@@ -126,6 +137,31 @@ def simulate_command(args: argparse.Namespace) -> int:
     else:
         print_report(report, Console())
     return 0 if report["ok"] else INVARIANT_BROKEN
+
+
+def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: str, specs: dict[str, Any],
+          cleanup: ExitStack) -> Plan:
+    webhooks = WebhookLoad(run_id, rng)
+    webhooks.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
+    # Later runs on a shared database must not fan events out to this run's receiver.
+    cleanup.callback(webhooks.retire, stack.database_url)
+    messages = webhooks.messages(args.events)
+    billing = BillingLoad(run_id, rng, {fid: job for fid, job in CRON_JOBS.items()
+                                        if fid in specs and fid in BILLING_JOBS})
+    billing.seed(stack.database_url)
+    cron_jobs = billing.cron_jobs()
+    payments = bridge = None
+    if stack.aws_endpoint:
+        verify_ses_sender(stack.aws_endpoint)
+    if stack.aws_endpoint and WATCHER in specs:
+        bridge = SqsBridge(stack.aws_endpoint, f"sim-{run_id}-webhook-events")
+        cleanup.callback(bridge.close)
+        payments = PaymentsLoad(billing.tenant, rng, billing.tick_times)
+        billing.expect_paid_after_overdue(payments.seed(stack.database_url, stack.payments, billing.invoices,
+                                                                webhooks.subscription_ids))
+        webhooks.expect(payments.expected_deliveries())
+        cron_jobs.append(payments.cron_job())  # last: it pays invoices the overdue job moved
+    return Plan(webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
 
 
 def _write(path: Path, text: str) -> None:
@@ -136,9 +172,9 @@ def _write(path: Path, text: str) -> None:
 
 
 def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[str, str],
-           timeouts: dict[str, float], load: WebhookLoad, billing: BillingLoad, messages: list[Any],
-           queue_name: str,
-           rng: random.Random, config: dict[str, Any], cron_jobs: list[CronJob], cleanup: ExitStack) -> dict[str, Any]:
+           timeouts: dict[str, float], plan: Plan, rng: random.Random, config: dict[str, Any],
+           cleanup: ExitStack) -> dict[str, Any]:
+    load = plan.webhooks
     progress = Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console, transient=False)
     cleanup.enter_context(progress)
@@ -154,15 +190,15 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.exists() else []
         raise CliError(f"{exc}: {tail[0] if tail else 'no log'}") from None
     progress.update(started_task, completed=args.replicas)
-    driver = Driver(pool, rng, DISPATCH, RETRY if RETRY in timeouts else None, cron_jobs,
+    driver = Driver(pool, rng, DISPATCH, RETRY if RETRY in timeouts else None, plan.cron_jobs,
                     max_batches_in_flight=2 * args.replicas, on_feed=load.on_feed)
-    driver.enqueue(messages)
+    driver.enqueue(plan.messages)
     fed_task = progress.add_task("events fed", total=load.events_in)
-    done_task = progress.add_task("deliveries finished", total=load.events_in)
+    done_task = progress.add_task("deliveries finished", total=len(load.expected))
     cron_task = progress.add_task("cron ticks settled", total=driver.cron_progress[1])
     store = onceonly.connect(stack.store_url)
     cleanup.callback(store.close)
-    retry_queue = store.queue(queue_name)
+    retry_queue = store.queue(plan.retry_queue)
     conn = psycopg.connect(stack.database_url, autocommit=True)
     cleanup.callback(conn.close)
     start = time.time()
@@ -175,13 +211,14 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         if time.monotonic() < next_poll:
             continue
         next_poll = time.monotonic() + POLL_EVERY
+        relayed = load.relay(plan.bridge.take()) if plan.bridge else []
+        driver.enqueue(relayed)
         unfinished, total, attempts = load.unfinished(conn)
         progress.update(done_task, completed=total - unfinished)
-        finished_all = driver.idle and unfinished == 0 and total >= load.events_in and \
+        finished_all = driver.idle and not relayed and unfinished == 0 and total >= len(load.expected) and \
             retry_queue.depth().total == 0
         # Progress is work moving forward, never the retry schedule's own ticks.
-        moved = (len(load.first_sent), driver.messages_sent, total - unfinished, attempts,
-                 driver.cron_progress[0])
+        moved = (driver.messages_sent, total - unfinished, attempts, driver.cron_progress[0])
         if watch.observe(moved, finished=finished_all):
             break
     finished = time.time()
@@ -190,9 +227,12 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
     for tick in ticks:
         state = store.inspect(tick_lock_name(tick.job, datetime.fromisoformat(tick.tick)))
         tick.completed = bool(state and state.completed)
+        tick.final_token = state.token if state else None
     facts = load.facts(conn, stack.receiver, driver.messages_sent, driver.sqs_dead_letters)
     config["startup_seconds"] = round(start - pool_started, 2)
-    return build_report(config=config, started=start, finished=finished, replicas=args.replicas,
-                        deliveries=facts, ticks=ticks, effects=billing.effects(conn),
-                        invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,
-                        drain_detail=watch.detail())
+    return build_report(
+        config=config, started=start, finished=finished, replicas=args.replicas, deliveries=facts, ticks=ticks,
+        effects=plan.billing.effects(conn), payments=plan.payments.effects(conn) if plan.payments else None,
+        paid_ids=plan.payments.expected_deliveries() if plan.payments else set(),
+        invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,
+        drain_detail=watch.detail())

@@ -131,6 +131,14 @@ def render_html(report: dict[str, Any]) -> str:
                  for t in report["cron"]["ticks"]]
     effect_rows = [[escape(e["job"]), escape(e["what"]), str(e["expected"]), str(e["actual"]), _mark(e["ok"])]
                    for e in report["cron"]["effects"]]
+    payments = report.get("payments")
+    payment_rows = [[escape(e["what"]), str(e["expected"]), str(e["actual"]), _mark(e["ok"])]
+                    for e in (payments or {}).get("effects", [])]
+    if payments:
+        payment_rows.append(["invoice.paid deliveries received (one per subscription and paid invoice)",
+                             str(payments["invoice_paid_deliveries"]), str(payments["invoice_paid_received"]),
+                             _mark(payments["invoice_paid_deliveries"]
+                                   == payments["invoice_paid_received"] + payments["invoice_paid_dead"])])
     config = ", ".join(f"{k}={v}" for k, v in report["config"].items())
     verdict = ("every exactly-once invariant held" if report["ok"] else "an exactly-once invariant broke")
     charts = [
@@ -157,6 +165,7 @@ def render_html(report: dict[str, Any]) -> str:
 <h2>Latency</h2>{charts[3]}
 <h2>Cron ticks</h2>{_table(["job", "tick", "deliveries", "outcomes", "once"], tick_rows)}
 <h2>Cron effects</h2>{_table(["job", "effect", "expected", "actual", "result"], effect_rows)}
+{f'<h2>Payments</h2>{_table(["effect", "expected", "actual", "result"], payment_rows)}' if payment_rows else ""}
 <script type="application/json" id="report-data">{_embedded_json(report)}</script>
 <script>{SCRIPT}</script>
 </body></html>

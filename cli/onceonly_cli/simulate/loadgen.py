@@ -189,6 +189,9 @@ class Driver:
         else:
             status = str(result.response.get("status"))
             state.facts.statuses[status] += 1
+            token = result.response.get("token")
+            if isinstance(token, int):
+                state.facts.tokens.append((status, token))
             if status == "ran" or (status == "skipped" and result.response.get("reason") == "completed"):
                 state.resolved = True
         if state.resolved:

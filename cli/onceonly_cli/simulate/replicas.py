@@ -220,6 +220,11 @@ class ReplicaPool:
             if timer:
                 timer.cancel()
         if line:
+            if killed.is_set():
+                # The crash timer fired as the reply came in: the reply stands, but
+                # the replica is dead all the same; count it and replace it now.
+                self.kills += 1
+                self._restart(index)
             reply = json.loads(line)
             return InvocationResult(invocation, index, bool(reply["ok"]), reply.get("response"),
                                     reply.get("error"), False, reply["started"], reply["finished"],

@@ -39,15 +39,23 @@ class TickFacts:
     statuses: Counter[str]  # ran / skipped / superseded / crashed / error
     effects: dict[str, int] = field(default_factory=dict)  # measured for this tick
     completed: bool = False  # the store holds the tick's lock as completed (a run finished it)
+    final_token: int | None = None  # the lock's token at the end: its newest grant
+    tokens: list[tuple[str, int]] = field(default_factory=list)  # (status, token) of runs that answered
 
     def ran_once(self) -> bool:
-        """Exactly one run finished the tick. A run that completed the tick and was
-        killed before it answered leaves no "ran" reply, only the completed lock;
-        a second "ran", or a run fenced off mid-way, is a double run."""
-        ran, superseded = self.statuses.get("ran", 0), self.statuses.get("superseded", 0)
-        if superseded or ran > 1 or not self.completed:
+        """Exactly one run finished the tick, and every run that lost its lease
+        lost it to a newer grant (a higher token), never to a second holder of the
+        same grant. A run that completed the tick and was killed before it answered
+        leaves no "ran" reply, only the completed lock."""
+        ran = [token for status, token in self.tokens if status == "ran"]
+        superseded = [token for status, token in self.tokens if status == "superseded"]
+        if not self.completed or self.final_token is None or len(ran) > 1:
             return False
-        return ran == 1 or self.statuses.get("crashed", 0) > 0
+        if any(token >= self.final_token for token in superseded):
+            return False  # superseded, yet nobody was granted the tick after it
+        if ran:
+            return ran[0] == self.final_token
+        return self.statuses.get("crashed", 0) > 0
 
 
 @dataclass
@@ -120,7 +128,10 @@ def _timeline(first_accepted: dict[str, float], invocations: list[InvocationFact
 def build_report(*, config: dict[str, Any], started: float, finished: float, replicas: int,
                  deliveries: DeliveryFacts, ticks: list[TickFacts], effects: list[EffectCheck],
                  invocations: list[InvocationFacts], kills: int, restarts: int,
-                 drained: bool, drain_detail: str) -> dict[str, Any]:
+                 drained: bool, drain_detail: str, payments: list[EffectCheck] | None = None,
+                 paid_ids: set[str] | None = None) -> dict[str, Any]:
+    """``payments``: the payment watcher's effect counts (None: it was not
+    simulated); ``paid_ids``: the invoice.paid deliveries its payments must produce."""
     d = deliveries
     statuses = Counter(d.statuses.values())
     missing = sorted(d.expected_ids - d.statuses.keys())
@@ -139,8 +150,8 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
     duration = max(finished - started, 1e-9)
 
     invariants = [
-        Invariant("one delivery per event", not missing and not unexpected and len(d.statuses) == d.events_in,
-                  f"{d.events_in} distinct events, {len(d.statuses)} deliveries"
+        Invariant("one delivery per event", not missing and not unexpected and len(d.statuses) == len(d.expected_ids),
+                  f"{len(d.expected_ids)} (subscription, event) pairs, {len(d.statuses)} deliveries"
                   + (f", {len(missing)} missing" if missing else "") + (f", {len(unexpected)} unexpected"
                                                                           if unexpected else "")),
         Invariant("no lost deliveries", not lost,
@@ -158,9 +169,11 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
         ok = t.ran_once()
         if not ok:
             bad_ticks.append(f"{t.job}@{t.tick}: ran {t.statuses.get('ran', 0)}, superseded "
-                             f"{t.statuses.get('superseded', 0)}, lock completed: {t.completed}")
+                             f"{t.statuses.get('superseded', 0)}, tokens {sorted(t.tokens)}, lock completed "
+                             f"{t.completed} at token {t.final_token}")
         tick_rows.append({"job": t.job, "tick": t.tick, "deliveries": t.deliveries, "statuses": dict(t.statuses),
-                          "completed": t.completed, "effects": t.effects, "ok": ok})
+                          "tokens": [list(pair) for pair in t.tokens], "completed": t.completed,
+                          "final_token": t.final_token, "effects": t.effects, "ok": ok})
     if ticks:
         invariants.append(Invariant("each cron tick ran once", not bad_ticks,
                                     "; ".join(bad_ticks[:5]) or f"{len(ticks)} ticks, each ran exactly once"))
@@ -168,6 +181,8 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
     if effects:
         invariants.append(Invariant("cron effects: one set", not bad_effects,
                                     "; ".join(bad_effects[:5]) or f"{len(effects)} effect counts as expected"))
+    if payments is not None:
+        invariants.extend(_payment_invariants(payments, paid_ids or set(), d, kills))
     invariants.append(Invariant("drained", drained, drain_detail))
 
     return {
@@ -192,6 +207,12 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
             "fenced_writes_refused": d.fenced_refused,
         },
         "cron": {"ticks": tick_rows, "effects": [{**asdict(e), "ok": e.ok} for e in effects]},
+        "payments": None if payments is None else {
+            "effects": [{**asdict(e), "ok": e.ok} for e in payments],
+            "invoice_paid_deliveries": len(paid_ids or ()),
+            "invoice_paid_received": sum(1 for i in paid_ids or () if d.accepted.get(i, 0) > 0),
+            "invoice_paid_dead": sum(1 for i in paid_ids or () if d.statuses.get(i) == "dead"),
+        },
         "replicas": {"count": replicas, "killed": kills, "restarted": restarts},
         "leases_reclaimed": int(metric_totals.get("leases_reclaimed", 0)),
         "fenced_writes_refused": d.fenced_refused + int(sum(t.statuses.get("superseded", 0) for t in ticks)),
@@ -205,6 +226,27 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
         "timeline": _timeline(d.first_accepted, invocations, started, replicas),
         "metrics": {k: round(v, 3) for k, v in sorted(metric_totals.items())},
     }
+
+
+def _payment_invariants(payments: list[EffectCheck], paid_ids: set[str], d: DeliveryFacts,
+                        kills: int) -> list[Invariant]:
+    """Each payment applied once (one payments row each, one transition, history
+    row and activity event per invoice it paid); each paid invoice announced to
+    every subscription by exactly one delivery, received (or dead-lettered)."""
+    bad = [f"{e.what}: expected {e.expected}, got {e.actual}" for e in payments if not e.ok]
+    missing = sorted(paid_ids - d.statuses.keys())
+    unfinished = sorted(i for i in paid_ids & d.statuses.keys()
+                        if not (d.statuses[i] == "dead" or (d.statuses[i] == "succeeded" and d.accepted.get(i))))
+    repeats = sum(d.accepted.get(i, 0) - 1 for i in paid_ids if d.accepted.get(i, 0) > 1)
+    delivered_ok = not missing and not unfinished and repeats <= kills
+    return [
+        Invariant("each payment applied once", not bad,
+                  ("; ".join(bad) or f"{payments[0].actual} payments, each applied once") if payments
+                  else "no payments"),
+        Invariant("invoice.paid: one delivery per subscription", delivered_ok,
+                  f"{len(paid_ids)} expected, {len(missing)} missing, {len(unfinished)} not received, "
+                  f"{repeats} repeat 2xx POSTs"),
+    ]
 
 
 def _ms(seconds: float | None) -> float | None:

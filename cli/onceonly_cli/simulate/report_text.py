@@ -67,6 +67,19 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         for e in report["cron"]["effects"]:
             effects.add_row(e["job"], e["what"], str(e["expected"]), str(e["actual"]), _mark(e["ok"]))
         console.print(effects)
+    payments = report.get("payments")
+    if payments:
+        table = Table(title="payments (each applied once; invoice.paid once per subscription)",
+                      title_justify="left")
+        for column in ("effect", "expected", "actual", "result"):
+            table.add_column(column)
+        for e in payments["effects"]:
+            table.add_row(e["what"], str(e["expected"]), str(e["actual"]), _mark(e["ok"]))
+        table.add_row("invoice.paid deliveries received (+ dead-lettered)", str(payments["invoice_paid_deliveries"]),
+                      str(payments["invoice_paid_received"]),
+                      _mark(payments["invoice_paid_deliveries"]
+                                   == payments["invoice_paid_received"] + payments["invoice_paid_dead"]))
+        console.print(table)
     verdict = ("[bold green]every exactly-once invariant held[/]" if report["ok"]
                else "[bold red]an exactly-once invariant broke[/]")
     console.print(verdict)

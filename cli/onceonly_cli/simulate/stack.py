@@ -1,7 +1,8 @@
 """The servers a simulation runs against, started and stopped together:
 PostgreSQL (embedded by default; it holds the domain data and, unless --store
-says otherwise, the coordination store), the webhook receiver, and moto's
-server for the AWS calls the jobs make (SES, SQS), all on 127.0.0.1."""
+says otherwise, the coordination store), the webhook receiver, the fake
+payments API, and moto's server for the AWS calls the jobs make (SES, SQS), all
+on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class Stack:
     work_dir: Path
     servers: LocalServers
     receiver: Any  # receiver.WebhookReceiver
+    payments: Any  # fake_payments.FakePayments: the payments API the watcher polls
     aws_endpoint: str | None = None
     _closers: list[Any] = field(default_factory=list)
 
@@ -42,6 +44,7 @@ class Stack:
 
 
 def start_stack(database: str | None, store: str | None) -> Stack:
+    from ..fake_payments import FakePayments
     from ..receiver import WebhookReceiver
 
     servers = LocalServers()
@@ -62,7 +65,11 @@ def start_stack(database: str | None, store: str | None) -> Stack:
         # print each reset as a traceback over the progress bars.
         receiver._server.handle_error = lambda request, client_address: None
         closers.append(receiver.stop)
-        stack = Stack(database_url, store_url, embedded, Path(work.name), servers, receiver, _closers=closers)
+        payments = FakePayments()
+        payments.start()
+        closers.append(payments.stop)
+        stack = Stack(database_url, store_url, embedded, Path(work.name), servers, receiver, payments,
+                      _closers=closers)
         stack.aws_endpoint = _start_moto(closers)
         return stack
     except BaseException:

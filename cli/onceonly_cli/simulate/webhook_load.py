@@ -5,6 +5,7 @@ facts the invariants are judged on, read from the receiver and the database."""
 from __future__ import annotations
 
 import base64
+import json
 import random
 import uuid
 from collections import Counter
@@ -21,6 +22,8 @@ DUPLICATE_RATE = 0.15  # share of events that are delivered twice
 DUPLICATE_WINDOW = 40  # a duplicate lands within this many messages of the original
 
 INSERT_SUBSCRIPTION = "INSERT INTO webhook_subscriptions (id, url, secret) VALUES (%s, %s, %s)"
+RETIRE_SUBSCRIPTIONS = """
+UPDATE webhook_subscriptions SET enabled = false, disabled_reason = 'simulate run ended' WHERE id = ANY(%s)"""
 DELIVERY_STATUSES = "SELECT id, status FROM webhook_deliveries WHERE webhook_id = ANY(%s)"
 UNFINISHED_DELIVERIES = """
 SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*),
@@ -62,6 +65,17 @@ class WebhookLoad:
                 self.subscription_ids.append(name)
                 self.endpoint_names.append(name)
 
+    def retire(self, database_url: str) -> None:
+        """Disable the run's subscriptions: invoice events fan out to every enabled
+        subscription, and this run's receiver is gone once the run ends."""
+        if not self.subscription_ids:
+            return
+        try:
+            with psycopg.connect(database_url, connect_timeout=5) as conn:
+                conn.execute(RETIRE_SUBSCRIPTIONS, (self.subscription_ids,))
+        except psycopg.Error:
+            pass  # the database went first (Ctrl-C): nothing can fan out to them anyway
+
     def track(self, webhook_id: str, event_id: str, message_id: str) -> None:
         from webhooks.deliveries import delivery_id_for
 
@@ -83,16 +97,38 @@ class WebhookLoad:
             message = Message(str(uuid.UUID(int=self.rng.getrandbits(128))), body)
             self.track(webhook_id, event_id, message.message_id)
             stream.append(message)
-        for original in list(stream):
+        # Each message gets a place in the stream; a duplicate's place is up to
+        # DUPLICATE_WINDOW places after its original's (sorting, not inserting: linear).
+        placed = [(float(i), m) for i, m in enumerate(stream)]
+        for i, original in enumerate(stream):
             if self.rng.random() >= DUPLICATE_RATE:
                 continue
             same_message = self.rng.random() < 0.5
             message_id = original.message_id if same_message else str(uuid.UUID(int=self.rng.getrandbits(128)))
             self.message_delivery[message_id] = self.message_delivery[original.message_id]
-            position = min(len(stream), stream.index(original) + self.rng.randint(0, DUPLICATE_WINDOW))
-            stream.insert(position, Message(message_id, original.body))
+            placed.append((i + self.rng.randint(0, DUPLICATE_WINDOW) + 0.5, Message(message_id, original.body)))
             self.duplicate_messages += 1
-        return stream
+        placed.sort(key=lambda pair: pair[0])
+        return [message for _, message in placed]
+
+    def expect(self, delivery_ids: set[str]) -> None:
+        """Deliveries that events from elsewhere in the run (the payment watcher) must produce."""
+        self.expected |= delivery_ids
+
+    def relay(self, messages: list[Message]) -> list[Message]:
+        """Messages another function sent to the webhook queue, on their way to the
+        dispatcher: remember which delivery each is for (its latency starts when fed)."""
+        from webhooks.deliveries import delivery_id_for
+
+        for message in messages:
+            try:
+                body = json.loads(message.body)
+                delivery_id = delivery_id_for(body["webhook_id"], body["event_id"])
+            except (ValueError, TypeError, KeyError):
+                continue  # malformed: the dispatcher rejects it, the report counts it as an SQS dead letter
+            if delivery_id in self.expected:  # not another run's subscription on a shared database
+                self.message_delivery[message.message_id] = delivery_id
+        return messages
 
     def on_feed(self, message_id: str, at: float) -> None:
         delivery_id = self.message_delivery.get(message_id)
