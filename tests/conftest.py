@@ -60,6 +60,13 @@ def dynamodb_url(dynalite_endpoint: str) -> str:
     return f"dynamodb://{table}?region=us-east-1&endpoint_url={dynalite_endpoint}"
 
 
+@pytest.fixture(scope="session")
+def moto_endpoint(local_servers: LocalServers) -> str:
+    """One moto server (SES, SQS) on 127.0.0.1 for the whole session: every
+    process of a test reaches the same state through it (AWS_ENDPOINT_URL_*)."""
+    return str(local_servers.moto())
+
+
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))

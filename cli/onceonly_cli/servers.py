@@ -76,6 +76,7 @@ class LocalServers:
 
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     embedded: list[object] = field(default_factory=list)
+    threads: list[object] = field(default_factory=list)  # in-process servers with a stop()
     tempdirs: list[tempfile.TemporaryDirectory[str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -151,7 +152,24 @@ class LocalServers:
         _wait_for_port(port, proc, "dynalite")
         return f"http://127.0.0.1:{port}"
 
+    def moto(self) -> str:
+        """Start moto's AWS server (SES, SQS, ...) on a free 127.0.0.1 port, so that
+        boto3 calls pointed at it (AWS_ENDPOINT_URL_SES=...) never reach AWS."""
+        import logging
+
+        from moto.server import ThreadedMotoServer  # the local extra's moto[server]
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # an access-log line per request otherwise
+        port = free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        self.threads.append(server)
+        return f"http://127.0.0.1:{port}"
+
     def stop(self) -> None:
+        for server in self.threads:
+            server.stop()  # type: ignore[attr-defined]
+        self.threads.clear()
         for proc in self.processes:
             if proc.poll() is None:
                 proc.terminate()

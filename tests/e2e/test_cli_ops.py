@@ -37,35 +37,22 @@ def fresh_database(postgres_url: str) -> Iterator[str]:
         conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-@pytest.fixture(scope="module")
-def aws_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    from onceonly_cli.servers import free_port
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
 def _functions() -> list[str]:
     return function_ids(load_template(TEMPLATE))
 
 
 @pytest.mark.parametrize("logical_id", _functions())
 def test_invoke_runs_every_template_function_with_its_sample_event(
-    logical_id: str, fresh_database: str, aws_endpoint: str, tmp_path: Path
+    logical_id: str, fresh_database: str, moto_endpoint: str, tmp_path: Path
 ) -> None:
     import boto3
 
     spec = find_function(TEMPLATE, logical_id)
     event = REPO_ROOT / "events" / f"{spec.code_dir.name}.json"
     assert event.exists(), f"no sample event {event} for {logical_id}"
-    sqs = boto3.client("sqs", endpoint_url=aws_endpoint, region_name="us-east-1")
+    sqs = boto3.client("sqs", endpoint_url=moto_endpoint, region_name="us-east-1")
     queue_url = sqs.create_queue(QueueName="webhook-events")["QueueUrl"]
-    boto3.client("ses", endpoint_url=aws_endpoint, region_name="us-east-1").verify_email_identity(
+    boto3.client("ses", endpoint_url=moto_endpoint, region_name="us-east-1").verify_email_identity(
         EmailAddress="billing@example.com")
     with FakePayments() as payments, WebhookReceiver() as receiver:
         for record in json.loads(event.read_text()).get("Records", []):
@@ -77,7 +64,7 @@ def test_invoke_runs_every_template_function_with_its_sample_event(
                              (webhook_id, receiver.endpoint("hook", secret), secret))
         env_vars = tmp_path / "env.json"
         env_vars.write_text(json.dumps({"Parameters": {
-            "AWS_ENDPOINT_URL_SES": aws_endpoint, "AWS_ENDPOINT_URL_SQS": aws_endpoint,
+            "AWS_ENDPOINT_URL_SES": moto_endpoint, "AWS_ENDPOINT_URL_SQS": moto_endpoint,
             "SES_FROM_ADDRESS": "billing@example.com", "WEBHOOK_QUEUE_URL": queue_url,
             "PAYMENTS_API_URL": payments.url, "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
             "BILLING_TENANT_SCOPE": f"t-{secrets.token_hex(3)}",

@@ -14,7 +14,6 @@ from psycopg_pool import ConnectionPool
 import onceonly
 from appdb.migrate import migrate
 from onceonly_cli.fake_payments import FakePayments
-from onceonly_cli.servers import free_port
 
 from .jobs_helpers import JobScope, aws_client, make_scope
 from .jobs_workers import Replicas
@@ -44,17 +43,6 @@ def pg_store(postgres_url: str) -> Iterator[onceonly.Store]:
     store.setup()
     yield store
     store.close()
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer  # needs moto[server] (flask)
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -86,9 +86,8 @@ def replica_env(stack: Stack, specs: dict[str, Any], extra: dict[str, str]) -> d
             {"logical_id": s.logical_id, "code_dir": str(s.code_dir), "handler": s.handler, "timeout": s.timeout}
             for s in specs.values()]),
     )
-    if stack.aws_endpoint:
-        # Only the services the jobs use; a dynamodb:// store keeps its own endpoint_url.
-        env["AWS_ENDPOINT_URL_SES"] = env["AWS_ENDPOINT_URL_SQS"] = stack.aws_endpoint
+    # Only the services the jobs use; a dynamodb:// store keeps its own endpoint_url.
+    env["AWS_ENDPOINT_URL_SES"] = env["AWS_ENDPOINT_URL_SQS"] = stack.aws_endpoint
     env.update(extra)
     return env
 
@@ -99,7 +98,7 @@ class Plan:
 
     webhooks: WebhookLoad
     billing: BillingLoad
-    payments: PaymentsLoad | None  # None without moto: the watcher has no queue to send to
+    payments: PaymentsLoad | None  # None when the template has no payment watcher
     bridge: SqsBridge | None  # the watcher's SQS queue, drained into the dispatcher
     messages: list[Any]
     retry_queue: str
@@ -120,8 +119,6 @@ def simulate_command(args: argparse.Namespace) -> int:
             stack = start_stack(args.database, args.store)
         cleanup.callback(stack.close)
         config.update(store=stack.store_kind, database="embedded" if stack.embedded_database else "external")
-        if not stack.aws_endpoint:
-            specs.pop(WATCHER, None)
         plan = _seed(args, stack, rng, run_id, specs, cleanup)
         env = replica_env(stack, specs, webhook_settings(args.receiver_latency, plan.retry_queue))
         env.update(plan.billing.env())
@@ -151,9 +148,8 @@ def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: st
     billing.seed(stack.database_url)
     cron_jobs = billing.cron_jobs()
     payments = bridge = None
-    if stack.aws_endpoint:
-        verify_ses_sender(stack.aws_endpoint)
-    if stack.aws_endpoint and WATCHER in specs:
+    verify_ses_sender(stack.aws_endpoint)
+    if WATCHER in specs:
         bridge = SqsBridge(stack.aws_endpoint, f"sim-{run_id}-webhook-events")
         cleanup.callback(bridge.close)
         payments = PaymentsLoad(billing.tenant, rng, billing.tick_times)

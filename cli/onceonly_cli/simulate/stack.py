@@ -7,14 +7,13 @@ on 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import CliError
-from ..servers import LocalServers, ServerSetupError, free_port
+from ..servers import LocalServers, ServerSetupError
 from ..stores import check_database, migrate_database, open_store
 
 
@@ -27,7 +26,7 @@ class Stack:
     servers: LocalServers
     receiver: Any  # receiver.WebhookReceiver
     payments: Any  # fake_payments.FakePayments: the payments API the watcher polls
-    aws_endpoint: str | None = None
+    aws_endpoint: str = ""  # moto's server, for the jobs' SES and SQS calls
     _closers: list[Any] = field(default_factory=list)
 
     @property
@@ -70,7 +69,7 @@ def start_stack(database: str | None, store: str | None) -> Stack:
         closers.append(payments.stop)
         stack = Stack(database_url, store_url, embedded, Path(work.name), servers, receiver, payments,
                       _closers=closers)
-        stack.aws_endpoint = _start_moto(closers)
+        stack.aws_endpoint = servers.moto()
         return stack
     except BaseException:
         for close in reversed(closers):
@@ -78,17 +77,3 @@ def start_stack(database: str | None, store: str | None) -> Stack:
                 close()
         servers.stop()
         raise
-
-
-def _start_moto(closers: list[Any]) -> str | None:
-    """moto's server for SES and SQS, so the jobs' boto3 calls stay on 127.0.0.1."""
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError:
-        return None
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    closers.append(server.stop)
-    return f"http://127.0.0.1:{port}"
