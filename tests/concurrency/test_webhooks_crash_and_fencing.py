@@ -4,6 +4,8 @@
   holds the request). After the lease the retry worker reclaims the delivery and
   delivers it; the repeat carries the same webhook-id, which is how the
   receiver dedupes this at-least-once case.
+- Retry crash: the same, but the one killed is a retry worker holding a claim
+  from the due queue; the next claim (higher token) takes over its stamp.
 - Fencing: a retry worker is SIGSTOPped after sending its POST, past its lease.
   Another worker reclaims and delivers. When the frozen one wakes up with its
   (failed) response, its write is refused: the newer result stands."""
@@ -20,7 +22,7 @@ import pytest
 import onceonly
 from onceonly_cli.receiver import Reply, WebhookReceiver
 from tests.concurrency.race import CTX, read_histories
-from tests.support.webhook_workers import lone_worker
+from tests.support.webhook_workers import kill_mid_request, lone_worker
 from tests.support.webhooks import (
     attempts,
     context,
@@ -31,6 +33,7 @@ from tests.support.webhooks import (
     message,
     new_id,
     scheduled_event,
+    sleep_until_due,
     sqs_event,
     webhook_env,
 )
@@ -72,15 +75,9 @@ def test_a_replica_killed_mid_attempt_is_reclaimed_and_delivered_with_the_same_i
     # the sender never learns it, so the repeat is the at-least-once case.
     receiver.script(delivery_id, [Reply(200, hold=gate)])
     event = sqs_event([message(webhook_id, event_id)])
-    proc = CTX.Process(target=lone_worker, args=("webhook_dispatch", event, tmp_path / "dispatch.jsonl", env))
-    proc.start()
-    try:
-        assert receiver.wait_for(lambda reqs: any(r.webhook_id == delivery_id for r in reqs), timeout=WAIT)
-        os.kill(proc.pid, signal.SIGKILL)  # mid-attempt: the request is in flight
-        proc.join(WAIT)
-    finally:
-        gate.set()
-    assert proc.exitcode == -signal.SIGKILL
+    exitcode = kill_mid_request("webhook_dispatch", event, tmp_path / "dispatch.jsonl", env,
+                                receiver, delivery_id, gate, timeout=WAIT)
+    assert exitcode == -signal.SIGKILL
     assert attempts(webhook_db, [delivery_id]) == []  # it died before recording anything
 
     with lambda_env(env) as (_, retry):
@@ -93,6 +90,44 @@ def test_a_replica_killed_mid_attempt_is_reclaimed_and_delivered_with_the_same_i
     assert attempt["recorded"] and attempt["fence_token"] >= 1 and attempt["outcome"] == "succeeded"
     assert deliveries(webhook_db, [delivery_id])[delivery_id]["status"] == "succeeded"
     assert read_histories(tmp_path) == []  # the killed replica never returned
+
+
+def test_a_retry_worker_killed_mid_attempt_is_reclaimed_and_delivered_with_the_same_id(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    env, webhook_id, event_id = _setup(webhook_db, store_url, receiver)
+    delivery_id = delivery_id_for(webhook_id, event_id)
+    gate = threading.Event()
+    # dispatcher: 500, so the delivery waits in the due queue; the retry worker
+    # that claims it: 200, but only after the kill; the reclaimer: 200.
+    receiver.script(delivery_id, [Reply(500), Reply(200, hold=gate)])
+    with lambda_env(env) as (dispatch, retry):
+        dispatch(sqs_event([message(webhook_id, event_id)]), context("dispatch"))
+        sleep_until_due(webhook_db, delivery_id)
+        exitcode = kill_mid_request("webhook_retry", scheduled_event(), tmp_path / "retry.jsonl", env,
+                                    receiver, delivery_id, gate, timeout=WAIT)
+        assert exitcode == -signal.SIGKILL
+        stamped = deliveries(webhook_db, [delivery_id])[delivery_id]
+        assert (stamped["status"], stamped["attempts"]) == ("attempting", 1)  # its claim, never its outcome
+        killed_token = stamped["fence_token"]
+        assert killed_token >= 1
+        assert [a["fence_token"] for a in attempts(webhook_db, [delivery_id])] == [0]  # the dispatcher's only
+
+        summaries = drive_retries(retry, lambda: len(receiver.history(delivery_id)) == 3, timeout=WAIT)
+    dispatched, killed, repeat = receiver.history(delivery_id)
+    assert {r.webhook_id for r in (dispatched, killed, repeat)} == {delivery_id}
+    assert dispatched.verified and killed.verified and repeat.verified
+    assert (dispatched.status, repeat.status) == (500, 200) and repeat.received_at > killed.received_at
+    assert sum(s["leases_reclaimed"] for s in summaries) == 1
+    log = attempts(webhook_db, [delivery_id])
+    assert [(a["fence_token"], a["attempt"], a["outcome"], a["recorded"]) for a in log] == [
+        (0, 1, "failed", True), (log[-1]["fence_token"], 2, "succeeded", True)]
+    assert log[-1]["fence_token"] > killed_token  # the killed claim left no outcome; a newer one did
+    assert [a["response_code"] for a in log if 200 <= (a["response_code"] or 0) < 300] == [200]
+    row = deliveries(webhook_db, [delivery_id])[delivery_id]
+    assert (row["status"], row["response_code"], row["attempts"]) == ("succeeded", 200, 2)
+    assert row["fence_token"] == log[-1]["fence_token"]
+    assert read_histories(tmp_path) == []  # the killed worker never returned
 
 
 def test_a_worker_frozen_past_its_lease_cannot_overwrite_the_newer_result(

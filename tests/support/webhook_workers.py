@@ -6,13 +6,18 @@ handler returned to its own history file."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceonly_cli.lambda_runtime import LambdaContext, load_handler
 
 from . import REPO_ROOT
 from .webhooks import scheduled_event
+
+if TYPE_CHECKING:
+    from onceonly_cli.receiver import WebhookReceiver
 
 BARRIER_TIMEOUT = 120.0
 
@@ -56,3 +61,28 @@ def lone_worker(function: str, event: dict[str, Any], history_path: Path, env: d
     response = handler(event, LambdaContext(function_name=function, timeout_seconds=60))
     history.write(pid=os.getpid(), response=response)
     history.close()
+
+
+def kill_mid_request(function: str, event: dict[str, Any], history_path: Path, env: dict[str, str],
+                     receiver: WebhookReceiver, delivery_id: str, release: threading.Event,
+                     timeout: float = 30.0) -> int | None:
+    """Run one invocation of ``function`` in its own process and SIGKILL it once
+    the receiver has a new request for ``delivery_id`` (held until ``release``
+    is set, so the POST is in flight), then release it. Returns the exit code."""
+    from tests.concurrency.race import CTX
+
+    seen = len(receiver.history(delivery_id))
+    proc = CTX.Process(target=lone_worker, args=(function, event, history_path, env))
+    proc.start()
+    try:
+        arrived = receiver.wait_for(lambda reqs: sum(r.webhook_id == delivery_id for r in reqs) > seen,
+                                    timeout=timeout)
+        assert arrived, f"{function} sent no request for {delivery_id} within {timeout:.0f}s"
+        os.kill(proc.pid, signal.SIGKILL)  # mid-attempt: the request is in flight
+        proc.join(timeout)
+    finally:
+        release.set()
+        if proc.is_alive():  # the assertion above failed: do not leave it running
+            proc.kill()
+            proc.join()
+    return proc.exitcode

@@ -95,6 +95,14 @@ def attempts(postgres_url: str, delivery_ids: list[str]) -> list[dict[str, Any]]
         return cur.fetchall()
 
 
+def sleep_until_due(postgres_url: str, delivery_id: str) -> None:
+    """Sleep until a retrying delivery's next attempt is due (one computed sleep,
+    not a poll), so a worker started next is sure to find it claimable."""
+    next_attempt_at = deliveries(postgres_url, [delivery_id])[delivery_id]["next_attempt_at"]
+    assert next_attempt_at is not None, f"{delivery_id} is not waiting for a retry"
+    time.sleep(max(0.0, next_attempt_at.timestamp() - time.time()) + 0.05)
+
+
 def subscription(postgres_url: str, webhook_id: str) -> dict[str, Any]:
     with psycopg.connect(postgres_url) as conn, conn.cursor(row_factory=dict_row) as cur:
         cur.execute("SELECT * FROM webhook_subscriptions WHERE id = %s", (webhook_id,))
