@@ -141,6 +141,7 @@ def test_a_worker_frozen_past_its_lease_cannot_overwrite_the_newer_result(
     with lambda_env(env) as (dispatch, retry):
         dispatch(sqs_event([message(webhook_id, event_id)]), context("dispatch"))
         assert receiver.wait_for(lambda reqs: len(reqs) == 1, timeout=WAIT)
+        sleep_until_due(webhook_db, delivery_id)  # the frozen worker must find it claimable
         frozen = CTX.Process(target=lone_worker,
                              args=("webhook_retry", scheduled_event(), tmp_path / "frozen.jsonl", env))
         frozen.start()
