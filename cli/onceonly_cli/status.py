@@ -1,5 +1,6 @@
 """`onceonly status`: the retry queue's depth, dead letters, the last tick of
-each scheduled job and the lease behind it (owner, token, held or completed)."""
+each scheduled job and the lease behind it (owner, token, held or completed),
+and the job-wide poller leases with the cursor each one fences."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 import onceonly
+from billing.payment_watcher import poller_lease_name
 from onceonly.scheduled import tick_lock_name
 
 from .errors import CliError
@@ -23,6 +25,8 @@ LAST_TICKS = """
 SELECT DISTINCT ON (job) job, scheduled_time, fence_token, started_at, finished_at
   FROM job_ticks ORDER BY job, scheduled_time DESC"""
 DEAD_COUNT = "SELECT count(*) FROM webhook_deliveries WHERE status = 'dead'"
+# Jobs with a job-wide poller lease (the payment watcher), from their cursors.
+POLLER_JOBS = "SELECT poller, cursor, fence_token FROM payment_cursors ORDER BY poller"
 
 
 def _when(epoch: float | None) -> str:
@@ -55,6 +59,7 @@ def render(ops: Ops, console: Console) -> None:
     with ops.pool.connection() as conn:
         dead_total = conn.execute(DEAD_COUNT).fetchone()[0]
         ticks = conn.execute(LAST_TICKS).fetchall()
+        pollers = conn.execute(POLLER_JOBS).fetchall()
     dead = Table(title=f"dead-lettered deliveries: {dead_total} (re-drive: onceonly redrive --all)",
                  title_justify="left")
     for column in ("delivery (webhook-id)", "webhook", "event", "attempts", "last error", "dead since"):
@@ -72,6 +77,15 @@ def render(ops: Ops, console: Console) -> None:
         jobs.add_row(job, scheduled.strftime("%Y-%m-%d %H:%M:%SZ"),
                      finished.strftime("%H:%M:%SZ") if finished else "not finished", owner, token, state)
     console.print(jobs)
+
+    leases = Table(title="job-wide poller leases (one active poller per job)", title_justify="left")
+    for column in ("lease", "owner", "token", "state", "cursor", "cursor fenced by token"):
+        leases.add_column(column)
+    for job, cursor, fence in pollers:
+        name = poller_lease_name(job)
+        owner, token, state = _lease_state(ops.store, name)
+        leases.add_row(name, owner, token, state, cursor or "-", str(fence))
+    console.print(leases)
 
 
 def status_command(args: argparse.Namespace) -> int:

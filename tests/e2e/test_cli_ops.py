@@ -79,9 +79,10 @@ def test_invoke_runs_every_template_function_with_its_sample_event(
         assert sum(receiver.successes().values()) >= 1  # a signed request reached the receiver
 
 
-def _seed_dead_delivery_and_tick(url: str) -> tuple[str, str]:
+def _seed_dead_delivery_tick_and_poller(url: str) -> tuple[str, str, str]:
     delivery = f"msg_{secrets.token_hex(16)}"
     job = f"job-{secrets.token_hex(3)}"
+    poller_job = f"watcher-{secrets.token_hex(3)}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO webhook_subscriptions (id, url, secret) VALUES ('wh-ops', "
                      "'http://127.0.0.1:9/x', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') ON CONFLICT DO NOTHING")
@@ -90,26 +91,31 @@ def _seed_dead_delivery_and_tick(url: str) -> tuple[str, str]:
                      (delivery, f"evt-{delivery}"))
         conn.execute("INSERT INTO job_ticks (job, scheduled_time, fence_token) VALUES (%s, %s, 1)",
                      (job, "2031-05-01T02:00:00Z"))
+        conn.execute("INSERT INTO payment_cursors (poller, cursor, fence_token) VALUES (%s, 'c-77', 1)",
+                     (poller_job,))
     store = onceonly.connect(url)
     store.setup()
     from datetime import UTC, datetime
 
+    from billing.payment_watcher import poller_lease_name
     from onceonly.scheduled import tick_lock_name
 
     lease = store.acquire(tick_lock_name(job, datetime(2031, 5, 1, 2, tzinfo=UTC)), ttl=300)
-    assert lease is not None
+    poller = store.acquire(poller_lease_name(poller_job), ttl=300)
+    assert lease is not None and poller is not None
     store.close()
-    return delivery, lease.owner
+    return delivery, lease.owner, poller.owner
 
 
 def test_status_shows_queue_dead_letters_and_held_tick_leases(fresh_database: str) -> None:
     run_cli("invoke", "WebhookRetryFunction", "-e", "events/webhook_retry.json", "--database", fresh_database)
-    delivery, owner = _seed_dead_delivery_and_tick(fresh_database)
+    delivery, owner, poller_owner = _seed_dead_delivery_tick_and_poller(fresh_database)
     result = run_cli("status", "--database", fresh_database, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
     assert "due queue 'webhook-retries'" in result.stdout
     assert delivery in result.stdout
     assert owner in result.stdout and "HELD until" in result.stdout
+    assert "job-wide poller leases" in result.stdout and poller_owner in result.stdout and "c-77" in result.stdout
 
     redriven = run_cli("redrive", "--delivery", delivery, "--database", fresh_database,
                        env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
