@@ -78,7 +78,7 @@ class FakePayments:
         if self._server is None:
             raise RuntimeError("the fake payments server is not running: call start()")
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self, port: int = 0) -> str:
         """Listen on 127.0.0.1 (a free port by default); returns the base URL."""

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
@@ -66,16 +67,25 @@ class _Endpoint:
     rng: random.Random
 
 
-class WebhookReceiver:
-    """``with WebhookReceiver() as rx: url = rx.endpoint("a", secret)``"""
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A killed sender resets its connection; that is expected, not news."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+
+class WebhookReceiver:
+    """``with WebhookReceiver() as rx: url = rx.endpoint("a", secret)``
+
+    ``quiet=True`` stops http.server printing a traceback for each connection a
+    client drops (a SIGKILLed replica does that to its keep-alive socket)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = False) -> None:
         self._lock = threading.Condition()
         self._endpoints: dict[str, _Endpoint] = {}
         self._scripts: dict[str, list[Reply]] = {}
         self._counts: Counter[str] = Counter()
         self.requests: list[ReceivedRequest] = []
-        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        server_class = _QuietServer if quiet else ThreadingHTTPServer
+        self._server = server_class((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -83,7 +93,7 @@ class WebhookReceiver:
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def endpoint(self, name: str, secret: str, behaviour: Behaviour | None = None) -> str:
         """Serve ``/name`` verifying with ``secret``; returns its URL."""
@@ -154,7 +164,7 @@ class WebhookReceiver:
         webhook_id = request.headers.get("webhook-id")
         with self._lock:
             endpoint = self._endpoints.get(name)
-            verified, error = False, "unknown endpoint"
+            verified, error = False, "unknown endpoint"  # type: tuple[bool, str | None]
             if endpoint is not None:
                 try:
                     endpoint.webhook.verify(body, headers)

@@ -108,7 +108,8 @@ def check_target(url: str, allow_http_hosts: Collection[str] = (),
         infos = resolve(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise UnresolvableHostError(f"cannot resolve {host!r}: {exc}") from exc
-    addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos))
+    # sockaddr[0] is the address text; a scoped IPv6 one carries "%zone".
+    addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     if not addresses:
         raise UnresolvableHostError(f"{host!r} resolved to no address")
     if not allowed_host:

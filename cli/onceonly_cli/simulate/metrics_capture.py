@@ -53,7 +53,7 @@ class MetricsCapturingStdout:
     def take(self) -> dict[str, float]:
         """The metrics summed since the last take()."""
         with self._lock:
-            taken = dict(self.metrics)
+            taken: dict[str, float] = dict(self.metrics)
             self.metrics.clear()
         return taken
 

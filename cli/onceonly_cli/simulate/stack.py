@@ -59,10 +59,9 @@ def start_stack(database: str | None, store: str | None) -> Stack:
         check_database(database_url)
         migrate_database(database_url)
         open_store(store_url, setup=True).close()
-        receiver = WebhookReceiver().start()
-        # A SIGKILLed replica resets its keep-alive connection; http.server would
-        # print each reset as a traceback over the progress bars.
-        receiver._server.handle_error = lambda request, client_address: None
+        # quiet: SIGKILLed replicas reset their connections, which would print
+        # tracebacks over the progress bars.
+        receiver = WebhookReceiver(quiet=True).start()
         closers.append(receiver.stop)
         payments = FakePayments()
         payments.start()
