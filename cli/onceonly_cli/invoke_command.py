@@ -11,8 +11,6 @@ from .invoke import function_spec, lambda_environment, read_env_vars, read_event
 from .servers import LocalServers
 from .stores import check_database, migrate_database, open_store, resolve_targets
 
-STORE_VARS = ("DATABASE_URL", "ONCEONLY_STORE_URL")
-
 
 def invoke_command(args: argparse.Namespace) -> int:
     spec = function_spec(args.template, args.function)

@@ -98,7 +98,6 @@ class Driver:
         self.sqs_dead_letters = 0
         self.invocations: list[InvocationFacts] = []
         self.errors: Counter[str] = Counter()
-        self.retry_ticks = 0
 
     # -- input ----------------------------------------------------------------
     def enqueue(self, messages: list[Message]) -> None:
@@ -158,7 +157,6 @@ class Driver:
         when = datetime.now().astimezone()
         for replica in replicas:
             self._retry_in_flight += 1
-            self.retry_ticks += 1
             self._submit(self.retry_function, scheduled_event("webhook-retry", when),
                          self._retry_done, replica=replica)
 

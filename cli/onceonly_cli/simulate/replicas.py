@@ -9,7 +9,6 @@ loadgen.py) decides what is redelivered."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import socket
@@ -138,9 +137,6 @@ class ReplicaPool:
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def pids(self) -> list[int]:
-        return [r.proc.pid for r in self._replicas if r is not None and r.proc.poll() is None]
-
     # -- invocations --------------------------------------------------------
     def submit(self, invocation: Invocation) -> None:
         with self._cond:
@@ -152,16 +148,6 @@ class ReplicaPool:
             else:
                 self._pinned[invocation.replica % self.size].append(invocation)
             self._cond.notify_all()
-
-    def wait_idle(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self.pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-        return True
 
     def _next(self, index: int) -> Invocation | None:
         with self._cond:
@@ -249,8 +235,3 @@ class ReplicaPool:
         if self._on_start:
             self._on_start(index)
 
-
-def child_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    env.update(extra)
-    return env

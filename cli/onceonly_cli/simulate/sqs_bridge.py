@@ -22,7 +22,6 @@ class SqsBridge:
         self._sqs: Any = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
                                       aws_access_key_id="testing", aws_secret_access_key="testing")
         self.queue_url: str = self._sqs.create_queue(QueueName=queue_name)["QueueUrl"]
-        self.received = 0
 
     def take(self) -> list[Message]:
         """Every message waiting in the queue, removed from it."""
@@ -36,7 +35,6 @@ class SqsBridge:
             self._sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=[
                 {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(messages)])
             taken.extend(Message(m["MessageId"], m["Body"]) for m in messages)
-        self.received += len(taken)
         return taken
 
     def close(self) -> None:
