@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import CliError
+from .errors import CliError, read_user_file
 from .template import FunctionSpec, TemplateError, find_function
 
 # Set by the Lambda runtime; handlers and Powertools read some of them.
@@ -26,17 +26,12 @@ class InvokeResult:
     exit_code: int  # 0 ok, 1 the handler raised, 2 load failure, 3 timed out
 
 
-def read_event(path: Path) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CliError(f"event file {path} not found") from None
-    except OSError as exc:
-        raise CliError(f"cannot read event file {path}: {exc.strerror}") from None
+def read_json_file(path: Path, what: str = "event file") -> Any:
+    text = read_user_file(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CliError(f"event file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise CliError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
 
 
 def read_env_vars(path: Path | None, logical_id: str) -> dict[str, str]:
@@ -44,7 +39,7 @@ def read_env_vars(path: Path | None, logical_id: str) -> dict[str, str]:
     function's own section wins over Parameters."""
     if path is None:
         return {}
-    data = read_event(path)  # same JSON-file errors
+    data = read_json_file(path, "env-vars file")
     if not isinstance(data, dict):
         raise CliError(f"env-vars file {path} must hold a JSON object")
     merged: dict[str, str] = {}

@@ -7,14 +7,14 @@ import json
 import sys
 
 from .errors import CliError
-from .invoke import function_spec, lambda_environment, read_env_vars, read_event, run_function
+from .invoke import function_spec, lambda_environment, read_env_vars, read_json_file, run_function
 from .servers import LocalServers
 from .stores import check_database, migrate_database, open_store, resolve_targets
 
 
 def invoke_command(args: argparse.Namespace) -> int:
     spec = function_spec(args.template, args.function)
-    read_event(args.event)  # fail here, in one line, rather than inside the child
+    read_json_file(args.event)  # fail here, in one line, rather than inside the child
     file_vars = read_env_vars(args.env_vars, spec.logical_id)
     servers = LocalServers()
     try:

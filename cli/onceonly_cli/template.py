@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from .errors import read_user_file
+
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
 DEFAULT_TIMEOUT = 3.0  # the Lambda default when neither the function nor Globals set one
 
@@ -71,12 +73,7 @@ class FunctionSpec:
 
 
 def load_template(path: Path) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TemplateError(f"template {path} not found") from None
-    except OSError as exc:
-        raise TemplateError(f"cannot read template {path}: {exc.strerror}") from None
+    text = read_user_file(path, "template", TemplateError)
     try:
         data = yaml.load(text, Loader=_CloudFormationLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

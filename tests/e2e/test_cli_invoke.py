@@ -101,6 +101,8 @@ def test_the_template_timeout_kills_the_invocation(project: Path, postgres_url: 
         (["invoke", "NoSuchFunction", "-e", "event.json"], "no function 'NoSuchFunction'"),
         (["invoke", "EchoFunction", "-e", "absent.json"], "event file absent.json not found"),
         (["invoke", "EchoFunction", "-e", "broken.json"], "event file broken.json is not valid JSON"),
+        (["invoke", "EchoFunction", "-e", "event.json", "--env-vars", "absent-env.json"],
+         "env-vars file absent-env.json not found"),
         (["invoke", "EchoFunction"], "the following arguments are required: --event"),
         (["invoke", "EchoFunction", "-e", "event.json", "-t", "absent.yaml"], "absent.yaml not found"),
         (["invoke", "MissingCodeFunction", "-e", "event.json"], "CodeUri folder"),
