@@ -22,3 +22,12 @@ def db_pool() -> ConnectionPool:
 def coordination_store() -> onceonly.Store:
     """The onceonly store chosen by configuration (PostgreSQL, Redis or DynamoDB)."""
     return onceonly.connect(store_url())
+
+
+def reset() -> None:
+    """Close and forget this process's clients (tests and the local CLI switch
+    databases and stores within one process)."""
+    for build in (db_pool, coordination_store):
+        if build.cache_info().currsize:
+            build().close()
+            build.cache_clear()

@@ -7,6 +7,7 @@ import logging
 from functools import cache
 from typing import Any
 
+from appdb import clients
 from appdb.clients import coordination_store, db_pool
 
 from .config import WebhookConfig
@@ -31,12 +32,7 @@ def webhook_service(logger: logging.Logger | Any | None = None) -> WebhookServic
 
 def reset() -> None:
     """Forget this process's clients (tests and the local CLI switch stores)."""
-    from appdb import clients
-
     if _parts.cache_info().currsize:
         _parts()[2].close()
         _parts.cache_clear()
-    for build in (clients.db_pool, clients.coordination_store):
-        if build.cache_info().currsize:
-            build().close()
-            build.cache_clear()
+    clients.reset()
