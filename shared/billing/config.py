@@ -3,10 +3,10 @@ and `onceonly simulate` can shorten leases and scope a run to one tenant."""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
+from onceonly import check_seconds
 from onceonly.errors import ConfigError
 
 
@@ -18,9 +18,7 @@ def _seconds(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
-    return value
+    return check_seconds(value, name)
 
 
 def _count(name: str, default: int) -> int:

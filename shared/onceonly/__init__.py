@@ -11,6 +11,7 @@ from .errors import (
     StoreUnavailableError,
 )
 from .scheduled import InvalidEventError, Tick, scheduled
+from .stores._common import check_seconds
 
 __all__ = [
     "Claim",
@@ -24,6 +25,7 @@ __all__ = [
     "Store",
     "StoreNotReadyError",
     "StoreUnavailableError",
+    "check_seconds",  # the layer's ttl check, for settings that feed it
     "connect",
     "InvalidEventError", "Tick", "scheduled",  # the cron guard (scheduled.py)
 ]

@@ -7,6 +7,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from onceonly import check_seconds
 from onceonly.errors import ConfigError
 
 # Svix-like ceilings (seconds) for retry 1, 2, …: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
@@ -29,11 +30,8 @@ class WebhookConfig:
     def __post_init__(self) -> None:
         if not self.retry_schedule or any(not math.isfinite(s) or s <= 0 for s in self.retry_schedule):
             raise ConfigError(f"retry schedule needs positive seconds, got {self.retry_schedule!r}")
-        seconds = ("connect_timeout", "read_timeout", "attempt_lease", "deadline_margin", "max_retry_after")
-        for name in seconds:
-            value = getattr(self, name)
-            if not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        for name in ("connect_timeout", "read_timeout", "attempt_lease", "deadline_margin", "max_retry_after"):
+            check_seconds(getattr(self, name), name)
         if self.claim_batch < 1:
             raise ConfigError(f"claim_batch must be >= 1, got {self.claim_batch}")
         # A claimed batch is attempted one by one; the last one must still be
