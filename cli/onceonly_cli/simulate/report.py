@@ -207,12 +207,7 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
             "fenced_writes_refused": d.fenced_refused,
         },
         "cron": {"ticks": tick_rows, "effects": [{**asdict(e), "ok": e.ok} for e in effects]},
-        "payments": None if payments is None else {
-            "effects": [{**asdict(e), "ok": e.ok} for e in payments],
-            "invoice_paid_deliveries": len(paid_ids or ()),
-            "invoice_paid_received": sum(1 for i in paid_ids or () if d.accepted.get(i, 0) > 0),
-            "invoice_paid_dead": sum(1 for i in paid_ids or () if d.statuses.get(i) == "dead"),
-        },
+        "payments": None if payments is None else _payment_summary(payments, paid_ids or set(), d),
         "replicas": {"count": replicas, "killed": kills, "restarted": restarts},
         "leases_reclaimed": int(metric_totals.get("leases_reclaimed", 0)),
         "fenced_writes_refused": d.fenced_refused + int(sum(t.statuses.get("superseded", 0) for t in ticks)),
@@ -225,6 +220,18 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
         },
         "timeline": _timeline(d.first_accepted, invocations, started, replicas),
         "metrics": {k: round(v, 3) for k, v in sorted(metric_totals.items())},
+    }
+
+
+def _payment_summary(payments: list[EffectCheck], paid_ids: set[str], d: DeliveryFacts) -> dict[str, Any]:
+    received = sum(1 for i in paid_ids if d.accepted.get(i, 0) > 0)
+    dead = sum(1 for i in paid_ids if d.statuses.get(i) == "dead")
+    return {
+        "effects": [{**asdict(e), "ok": e.ok} for e in payments],
+        "invoice_paid_deliveries": len(paid_ids),
+        "invoice_paid_received": received,
+        "invoice_paid_dead": dead,
+        "invoice_paid_ok": received + dead == len(paid_ids),  # every one received or dead-lettered
     }
 
 
