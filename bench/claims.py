@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import platform
 import secrets
-import statistics
 import sys
 import time
 from collections import Counter
@@ -25,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from benchlib import PROCESS_COUNTS, Cell, median_of_runs, publish, ratio_cells, worst
 
 import onceonly
 from onceonly_cli.servers import LocalServers
 
 CTX = multiprocessing.get_context("spawn")
 BATCH = 25
-PROCESS_COUNTS = (1, 4, 8)
 
 
 def _claim_worker(url: str, queue: str, barrier: Any, results: Any) -> None:
@@ -101,7 +100,7 @@ def bench_naive_redis(url: str, items: int, processes: int) -> dict[str, Any]:
     return _result(items, elapsed, claimed)
 
 
-def _result(items: int, elapsed: float, claimed: list[str]) -> dict[str, Any]:
+def _result(items: int, elapsed: float, claimed: list[str]) -> Cell:
     counts = Counter(claimed)
     return {
         "per_second": len(counts) / elapsed,
@@ -134,32 +133,20 @@ def main() -> int:
         rows: list[tuple[str, dict[int, dict[str, Any]]]] = []
         for label, url in urls.items():
             n = args.items // 3 if url.startswith("dynamodb") else args.items
-            rows.append((label, {p: _median(lambda u=url, n=n, p=p: bench_store(u, n, p), args.repeat)
+            rows.append((label, {p: median_of_runs(lambda u=url, n=n, p=p: bench_store(u, n, p), args.repeat)
                                  for p in PROCESS_COUNTS}))
             print(f"done: {label}", file=sys.stderr)
         redis_url = urls["Redis (onceonly, 1 Lua script)"]
         rows.append(("Redis, old two-step pop (ZRANGEBYSCORE + ZREM)",
-                     {p: _median(lambda p=p: bench_naive_redis(redis_url, args.items, p), args.repeat)
+                     {p: median_of_runs(lambda p=p: bench_naive_redis(redis_url, args.items, p), args.repeat)
                       for p in PROCESS_COUNTS}))
     finally:
         servers.stop()
-    table = _markdown(rows, args.items)
-    print(table)
-    if args.out:
-        args.out.write_text(table, encoding="utf-8")
+    publish(_markdown(rows, args.items), args.out)
     return 0
 
 
-def _median(run: Any, repeat: int) -> dict[str, Any]:
-    runs = [run() for _ in range(repeat)]
-    return {
-        "per_second": statistics.median(r["per_second"] for r in runs),
-        "duplicates": max(r["duplicates"] for r in runs),
-        "lost": max(r["lost"] for r in runs),
-    }
-
-
-def _markdown(rows: list[tuple[str, dict[int, dict[str, Any]]]], items: int) -> str:
+def _markdown(rows: list[tuple[str, dict[int, Cell]]], items: int) -> str:
     base = rows[0][1][1]["per_second"]
     lines = [
         "| method | " + " | ".join(f"{p} proc claims/s (x PG 1 proc)" for p in PROCESS_COUNTS)
@@ -167,10 +154,7 @@ def _markdown(rows: list[tuple[str, dict[int, dict[str, Any]]]], items: int) -> 
         "|---|" + "---|" * (len(PROCESS_COUNTS) + 1),
     ]
     for label, cells in rows:
-        values = " | ".join(f"{cells[p]['per_second']:,.0f} (x{cells[p]['per_second'] / base:.2f})"
-                            for p in PROCESS_COUNTS)
-        dupes = max(cells[p]["duplicates"] for p in PROCESS_COUNTS)
-        lines.append(f"| {label} | {values} | {dupes} |")
+        lines.append(f"| {label} | {ratio_cells(cells, base)} | {worst(cells, 'duplicates')} |")
     lines.append("")
     lines.append(f"{items} items per run (dynalite: {items // 3}), batches of {BATCH}, claim + ack_many, "
                  f"median of runs; {platform.python_version()}, {multiprocessing.cpu_count()} cores.")

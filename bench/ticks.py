@@ -18,7 +18,6 @@ import os
 import platform
 import random
 import secrets
-import statistics
 import sys
 import tempfile
 import time
@@ -27,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from benchlib import PROCESS_COUNTS, Cell, median_of_runs, publish, ratio_cells, worst
 
 import onceonly
 from onceonly_cli.servers import LocalServers
 
 CTX = multiprocessing.get_context("spawn")
-PROCESS_COUNTS = (1, 4, 8)
 
 
 def _onceonly_guard(url: str) -> Any:
@@ -88,7 +87,7 @@ def _worker(method: tuple[str, str, str], names: list[str], history: str, barrie
             guarded(name, lambda n=name: (log.write(n + "\n"), log.flush()))
 
 
-def run_cell(method: tuple[str, str, str], ticks: int, processes: int, workdir: Path) -> dict[str, float]:
+def run_cell(method: tuple[str, str, str], ticks: int, processes: int, workdir: Path) -> Cell:
     names = [f"tick-{secrets.token_hex(4)}-{i}" for i in range(ticks)]
     histories = [str(workdir / f"{secrets.token_hex(4)}.log") for _ in range(processes)]
     barrier = CTX.Barrier(processes + 1)
@@ -130,7 +129,7 @@ def main() -> int:
     args = parser.parse_args()
 
     servers = LocalServers()
-    rows: list[tuple[str, dict[int, dict[str, float]]]] = []
+    rows: list[tuple[str, dict[int, Cell]]] = []
     try:
         endpoint = servers.dynalite()
         redis_url = servers.redis()
@@ -148,34 +147,24 @@ def main() -> int:
                 onceonly.connect(method[2]).setup()
         with tempfile.TemporaryDirectory() as tmp:
             for label, method in methods.items():
-                cells = {}
-                for p in PROCESS_COUNTS:
-                    runs = [run_cell(method, args.ticks, p, Path(tmp)) for _ in range(args.repeat)]
-                    cells[p] = {"per_second": statistics.median(r["per_second"] for r in runs),
-                                "duplicates": max(r["duplicates"] for r in runs),
-                                "missed": max(r["missed"] for r in runs)}
-                rows.append((label, cells))
+                rows.append((label, {
+                    p: median_of_runs(lambda m=method, p=p: run_cell(m, args.ticks, p, Path(tmp)), args.repeat)
+                    for p in PROCESS_COUNTS}))
                 print(f"done: {label}", file=sys.stderr)
     finally:
         servers.stop()
-    table = _markdown(rows, args.ticks)
-    print(table)
-    if args.out:
-        args.out.write_text(table, encoding="utf-8")
+    publish(_markdown(rows, args.ticks), args.out)
     return 0
 
 
-def _markdown(rows: list[tuple[str, dict[int, dict[str, float]]]], ticks: int) -> str:
+def _markdown(rows: list[tuple[str, dict[int, Cell]]], ticks: int) -> str:
     base = rows[0][1][1]["per_second"]
     head = " | ".join(f"{p} proc calls/s (x onceonly PG 1 proc)" for p in PROCESS_COUNTS)
     lines = [f"| guard | {head} | bodies run twice (worst) | ticks never run (worst) |",
              "|---|" + "---|" * (len(PROCESS_COUNTS) + 2)]
     for label, cells in rows:
-        values = " | ".join(f"{cells[p]['per_second']:,.0f} (x{cells[p]['per_second'] / base:.2f})"
-                            for p in PROCESS_COUNTS)
-        dupes = max(cells[p]["duplicates"] for p in PROCESS_COUNTS)
-        missed = max(cells[p]["missed"] for p in PROCESS_COUNTS)
-        lines.append(f"| {label} | {values} | {dupes:.0f} | {missed:.0f} |")
+        lines.append(f"| {label} | {ratio_cells(cells, base)} | {worst(cells, 'duplicates')} "
+                     f"| {worst(cells, 'missed')} |")
     lines += ["", f"{ticks} tick names per run, every process calls every tick; median calls/s of runs; "
               f"Python {platform.python_version()}, {multiprocessing.cpu_count()} cores."]
     return "\n".join(lines) + "\n"
