@@ -12,6 +12,7 @@ import pytest
 
 import onceonly
 from onceonly_cli.servers import LocalServers, ServerSetupError
+from tests.support.scratch import scratch_database, scratch_redis_prefix
 
 # boto3 needs credentials and a region even for a local endpoint; never real ones.
 os.environ.update(
@@ -40,13 +41,30 @@ def _or_fail(start):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def postgres_url(local_servers: LocalServers) -> str:
+def postgres_server_url(local_servers: LocalServers) -> str:
+    """The PostgreSQL server the tests use (its default database is never written)."""
     return _or_fail(lambda: local_servers.postgres(os.environ.get("ONCEONLY_TEST_POSTGRES_URL")))
 
 
 @pytest.fixture(scope="session")
-def redis_url(local_servers: LocalServers) -> str:
+def postgres_url(postgres_server_url: str) -> Iterator[str]:
+    """A database of this test run's own, created on the test server and dropped
+    at the end: the user's data (and `onceonly status`) never sees the tests'."""
+    with scratch_database(postgres_server_url, "onceonly_test") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_server_url(local_servers: LocalServers) -> str:
+    """The test Redis server, for raw redis-py clients (no ``prefix`` option)."""
     return _or_fail(lambda: local_servers.redis(os.environ.get("ONCEONLY_TEST_REDIS_URL")))
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server_url: str) -> Iterator[str]:
+    """A store URL on the test Redis with a key prefix of this run's own, deleted at the end."""
+    with scratch_redis_prefix(redis_server_url, "onceonly-test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """`onceonly redrive`: put dead-lettered deliveries back on the retry queue with a
-fresh retry schedule (webhooks.redrive does the work; this is the wiring)."""
+fresh retry schedule (onceonly_app.webhooks.redrive does the work; this is the wiring)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ BATCH = 100
 
 
 def redrive_command(args: argparse.Namespace) -> int:
-    from webhooks.deliveries import DeliveryRepository
-    from webhooks.redrive import redrive
+    from onceonly_app.webhooks.deliveries import DeliveryRepository
+    from onceonly_app.webhooks.redrive import redrive
 
     with open_ops(args.database, args.store) as ops:
         repo = DeliveryRepository(ops.pool)

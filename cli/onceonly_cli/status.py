@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 import onceonly
-from billing.payment_watcher import poller_lease_name
 from onceonly.scheduled import tick_lock_name
+from onceonly_app.billing.payment_watcher import poller_lease_name
 
 from .errors import CliError
 from .ops import Ops, missing_tables, open_ops
@@ -47,7 +47,7 @@ def _lease_state(store: onceonly.Store, name: str) -> tuple[str, str, str]:
 
 
 def render(ops: Ops, console: Console) -> None:
-    from webhooks.deliveries import DeliveryRepository
+    from onceonly_app.webhooks.deliveries import DeliveryRepository
 
     depth = ops.store.queue(ops.queue_name).depth()
     queue = Table(title=f"due queue {ops.queue_name!r}", title_justify="left")

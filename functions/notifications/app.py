@@ -1,5 +1,5 @@
 """NotificationsFunction (rate(5 minutes)): once per tick on any number of
-replicas, send the e-mail outbox through SES (billing.notifications)."""
+replicas, send the e-mail outbox through SES (onceonly_app.billing.notifications)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from appdb.clients import coordination_store, db_pool
-from billing import notifications
-from billing.config import JobSettings, NotificationSettings
-from billing.ses import SesNotifier
+from onceonly_app.appdb.clients import coordination_store, db_pool
+from onceonly_app.billing import notifications
+from onceonly_app.billing.config import JobSettings, NotificationSettings
+from onceonly_app.billing.ses import SesNotifier
 
 SETTINGS = JobSettings.from_env("notifications")
 NOTIFY = NotificationSettings.from_env()

@@ -1,5 +1,5 @@
 """OverdueInvoicesFunction (cron(0 2 * * ? *)): once per tick on any number of
-replicas, move open invoices past due to `overdue` (billing.overdue)."""
+replicas, move open invoices past due to `overdue` (onceonly_app.billing.overdue)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from appdb.clients import coordination_store, db_pool
-from billing import overdue
-from billing.config import JobSettings
+from onceonly_app.appdb.clients import coordination_store, db_pool
+from onceonly_app.billing import overdue
+from onceonly_app.billing.config import JobSettings
 
 SETTINGS = JobSettings.from_env("overdue-invoices")
 logger = Logger(service="overdue-invoices")

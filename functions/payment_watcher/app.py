@@ -1,6 +1,6 @@
 """PaymentWatcherFunction (rate(1 minute)): once per tick, and with one active
 poller at a time, apply new payments from the payments API and enqueue
-`invoice.paid` webhook events (billing.payment_watcher)."""
+`invoice.paid` webhook events (onceonly_app.billing.payment_watcher)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from appdb.clients import coordination_store, db_pool
-from billing import payment_watcher
-from billing.config import JobSettings, PaymentWatcherSettings
-from billing.payments_api import PaymentsClient
+from onceonly_app.appdb.clients import coordination_store, db_pool
+from onceonly_app.billing import payment_watcher
+from onceonly_app.billing.config import JobSettings, PaymentWatcherSettings
+from onceonly_app.billing.payments_api import PaymentsClient
 
 SETTINGS = JobSettings.from_env("payment-watcher")
 WATCH = PaymentWatcherSettings.from_env()

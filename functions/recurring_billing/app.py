@@ -1,6 +1,6 @@
 """RecurringBillingFunction (daily): once per tick on any number of replicas,
 generate one invoice per due schedule period, catching up missed periods
-(billing.recurring)."""
+(onceonly_app.billing.recurring)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from appdb.clients import coordination_store, db_pool
-from billing import recurring
-from billing.config import JobSettings
+from onceonly_app.appdb.clients import coordination_store, db_pool
+from onceonly_app.billing import recurring
+from onceonly_app.billing.config import JobSettings
 
 SETTINGS = JobSettings.from_env("recurring-billing")
 logger = Logger(service="recurring-billing")

@@ -13,8 +13,8 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from webhooks.messages import MalformedMessageError, parse_message
-from webhooks.runtime import webhook_service
+from onceonly_app.webhooks.messages import MalformedMessageError, parse_message
+from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-dispatch")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),

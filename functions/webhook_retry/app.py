@@ -11,7 +11,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from webhooks.runtime import webhook_service
+from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-retry")
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),

@@ -160,7 +160,7 @@ def scheduled(
     completed (for ``keep`` seconds).
 
     ``store`` is a Store or a zero-argument callable returning one (called per
-    invocation, so pass a cached factory such as ``appdb.clients.coordination_store``).
+    invocation, so pass a cached factory such as ``onceonly_app.appdb.clients.coordination_store``).
     ``ttl`` is the tick's lease: a crashed run blocks retries of its tick that long;
     long bodies call ``tick.renew()``. ``logger`` (stdlib or Powertools) gets one
     structured line per outcome; ``metrics`` gets ``ticks_run``,

@@ -87,20 +87,20 @@ def _claim_worker(
 
 # -- tests ---------------------------------------------------------------------------
 @pytest.fixture
-def client(redis_url: str) -> Any:
-    c = redis.Redis.from_url(redis_url)
+def client(redis_server_url: str) -> Any:
+    c = redis.Redis.from_url(redis_server_url)
     yield c
     c.close()
 
 
-def test_field_code_hands_one_item_to_two_workers(redis_url: str, client: Any, tmp_path: Path) -> None:
+def test_field_code_hands_one_item_to_two_workers(redis_server_url: str, client: Any, tmp_path: Path) -> None:
     for round_no in range(SEED_MAX_ROUNDS):
         key = f"onceonly-test:seed-retry:{secrets.token_hex(6)}"
         items = _item_ids("job")
         past = time.time() - 60
         client.zadd(key, {item: past + n / 1000 for n, item in enumerate(items)})
         try:
-            events = run_workers(_field_code_worker, WORKERS, tmp_path / f"round-{round_no}", redis_url, key)
+            events = run_workers(_field_code_worker, WORKERS, tmp_path / f"round-{round_no}", redis_server_url, key)
         finally:
             client.delete(key)
         assert {e["item"] for e in events} == set(items)  # the bug duplicates; it does not lose
@@ -115,7 +115,7 @@ def test_queue_claim_hands_each_item_to_exactly_one_worker(
 ) -> None:
     for round_no in range(CLAIM_ROUNDS):
         queue_name = f"seed-regression-{secrets.token_hex(6)}"
-        store = RedisStore(client)
+        store = RedisStore.from_url(redis_url)
         queue = store.queue(queue_name)
         items = _item_ids("job")
         for item in items:

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 import onceonly
+from onceonly_app.webhooks.deliveries import delivery_id_for
+from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import Reply, WebhookReceiver
 from tests.concurrency.race import CTX, read_histories
 from tests.support.webhook_workers import kill_mid_request, lone_worker
@@ -37,8 +39,6 @@ from tests.support.webhooks import (
     sqs_event,
     webhook_env,
 )
-from webhooks.deliveries import delivery_id_for
-from webhooks.signing import new_secret
 
 pytestmark = pytest.mark.concurrency
 pytest_plugins = ("tests.support.webhook_fixtures",)

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 import onceonly
+from onceonly_app.webhooks.deliveries import delivery_id_for
+from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import run_workers
 from tests.support.webhook_workers import dispatch_worker, retry_worker
@@ -30,8 +32,6 @@ from tests.support.webhooks import (
     sqs_event,
     webhook_env,
 )
-from webhooks.deliveries import delivery_id_for
-from webhooks.signing import new_secret
 
 pytestmark = pytest.mark.concurrency
 pytest_plugins = ("tests.support.webhook_fixtures",)

@@ -29,7 +29,7 @@ def fresh_database(postgres_url: str) -> Iterator[str]:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = postgres_url.rsplit("/", 1)[0] + "/" + name
-    from appdb.migrate import migrate
+    from onceonly_app.appdb.migrate import migrate
 
     migrate(url)
     yield url
@@ -97,8 +97,8 @@ def _seed_dead_delivery_tick_and_poller(url: str) -> tuple[str, str, str]:
     store.setup()
     from datetime import UTC, datetime
 
-    from billing.payment_watcher import poller_lease_name
     from onceonly.scheduled import tick_lock_name
+    from onceonly_app.billing.payment_watcher import poller_lease_name
 
     lease = store.acquire(tick_lock_name(job, datetime(2031, 5, 1, 2, tzinfo=UTC)), ttl=300)
     poller = store.acquire(poller_lease_name(poller_job), ttl=300)

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from billing import notifications
-from billing.config import NotificationSettings
-from billing.ses import SesNotifier
+from onceonly_app.billing import notifications
+from onceonly_app.billing.config import NotificationSettings
+from onceonly_app.billing.ses import SesNotifier
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, sent_emails
 from tests.support.jobs_inprocess import run_tick

@@ -6,7 +6,7 @@ from __future__ import annotations
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from billing import overdue
+from onceonly_app.billing import overdue
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import make_scope
 from tests.support.jobs_inprocess import run_tick

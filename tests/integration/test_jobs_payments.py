@@ -10,9 +10,9 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from billing import payment_watcher
-from billing.payments_api import PaymentsClient
-from billing.webhook_events import invoice_paid_event_id
+from onceonly_app.billing import payment_watcher
+from onceonly_app.billing.payments_api import PaymentsClient
+from onceonly_app.billing.webhook_events import invoice_paid_event_id
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, drain_queue

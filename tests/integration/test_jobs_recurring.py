@@ -8,7 +8,7 @@ from datetime import date
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from billing import recurring
+from onceonly_app.billing import recurring
 from tests.support import jobs_data as data
 from tests.support.jobs_inprocess import run_tick
 

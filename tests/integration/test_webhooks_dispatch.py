@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import onceonly
+from onceonly_app.webhooks.deliveries import delivery_id_for
+from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import WebhookReceiver
 from tests.support.webhooks import (
     attempts,
@@ -18,8 +20,6 @@ from tests.support.webhooks import (
     sqs_event,
     webhook_env,
 )
-from webhooks.deliveries import delivery_id_for
-from webhooks.signing import new_secret
 
 pytest_plugins = ("tests.support.webhook_fixtures",)
 

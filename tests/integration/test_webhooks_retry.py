@@ -14,6 +14,10 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
+from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks.messages import DeliveryRequest
+from onceonly_app.webhooks.redrive import list_dead, redrive
+from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
 from tests.support.webhooks import (
     attempts,
@@ -28,10 +32,6 @@ from tests.support.webhooks import (
     subscription,
     webhook_env,
 )
-from webhooks.deliveries import DeliveryRepository, delivery_id_for
-from webhooks.messages import DeliveryRequest
-from webhooks.redrive import list_dead, redrive
-from webhooks.signing import new_secret
 
 pytest_plugins = ("tests.support.webhook_fixtures",)
 

@@ -7,7 +7,7 @@ handler once. What it returned, or raised, goes to its own JSON-lines file:
 the test reads those and the database afterwards.
 
 Pausing: a child started with ``pause_at`` stops itself (SIGSTOP) at that named
-point of the job (billing.testhooks); :func:`wait_until_stopped` waits for it.
+point of the job (onceonly_app.billing.testhooks); :func:`wait_until_stopped` waits for it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from appdb.migrate import migrate
+from onceonly_app.appdb.migrate import migrate
 from onceonly_cli.receiver import WebhookReceiver
 
 

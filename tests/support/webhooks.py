@@ -115,7 +115,7 @@ def subscription(postgres_url: str, webhook_id: str) -> dict[str, Any]:
 def lambda_env(env: dict[str, str]) -> Iterator[tuple[Handler, Handler]]:
     """Load the real dispatch and retry handlers in this process with ``env`` set,
     with fresh per-container clients; restores everything afterwards."""
-    from webhooks import runtime
+    from onceonly_app.webhooks import runtime
 
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)

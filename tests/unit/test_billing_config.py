@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import onceonly
-from billing.config import JobSettings, NotificationSettings, PaymentWatcherSettings
-from billing.notifications import retry_delay
-from billing.testhooks import PAUSE_ENV, pause_point
+from onceonly_app.billing.config import JobSettings, NotificationSettings, PaymentWatcherSettings
+from onceonly_app.billing.notifications import retry_delay
+from onceonly_app.billing.testhooks import PAUSE_ENV, pause_point
 
 
 def test_job_settings_defaults_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

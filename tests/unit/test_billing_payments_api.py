@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import requests
 
-from billing.payments_api import PaymentsApiError, PaymentsClient
+from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
 from onceonly_cli.fake_payments import FakePayments
 
 
@@ -47,7 +47,7 @@ def test_sub_cent_amounts_round_down(fake: FakePayments) -> None:
 
 
 def test_a_malformed_record_is_a_payments_api_error() -> None:
-    from billing.payments_api import _payment
+    from onceonly_app.billing.payments_api import _payment
 
     with pytest.raises(PaymentsApiError, match="amount"):
         _payment({"id": "1", "paging_token": "1", "transaction_hash": "h", "amount": "lots"})

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from webhooks.backoff import RetryPolicy, parse_retry_after
+from onceonly_app.webhooks.backoff import RetryPolicy, parse_retry_after
 
 
 def test_full_jitter_stays_under_each_ceiling_and_spreads() -> None:

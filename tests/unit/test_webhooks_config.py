@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from onceonly.errors import ConfigError
-from webhooks.config import DEFAULT_SCHEDULE, WebhookConfig
+from onceonly_app.webhooks.config import DEFAULT_SCHEDULE, WebhookConfig
 
 
 def test_defaults() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from webhooks.messages import DeliveryRequest, MalformedMessageError, parse_message
+from onceonly_app.webhooks.messages import DeliveryRequest, MalformedMessageError, parse_message
 
 GOOD = {"webhook_id": "wh_1", "event_id": "evt_1", "event_type": "invoice.paid", "payload": {"a": 1}}
 

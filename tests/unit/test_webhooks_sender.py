@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
+from onceonly_app.webhooks.sender import WebhookSender
+from onceonly_app.webhooks.signing import new_secret, signed_headers
+from onceonly_app.webhooks.ssrf import check_target
 from onceonly_cli.receiver import Reply, WebhookReceiver
-from webhooks.sender import WebhookSender
-from webhooks.signing import new_secret, signed_headers
-from webhooks.ssrf import check_target
 
 LOCAL = {"127.0.0.1"}
 

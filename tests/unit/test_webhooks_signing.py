@@ -9,8 +9,8 @@ import pytest
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from webhooks.deliveries import delivery_id_for
-from webhooks.signing import new_secret, signed_headers
+from onceonly_app.webhooks.deliveries import delivery_id_for
+from onceonly_app.webhooks.signing import new_secret, signed_headers
 
 
 def test_headers_verify_with_standardwebhooks() -> None:

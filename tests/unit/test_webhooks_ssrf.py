@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from onceonly_app.webhooks.sender import WebhookSender
+from onceonly_app.webhooks.signing import new_secret, signed_headers
+from onceonly_app.webhooks.ssrf import UnsafeTargetError, check_target
 from onceonly_cli.receiver import WebhookReceiver
-from webhooks.sender import WebhookSender
-from webhooks.signing import new_secret, signed_headers
-from webhooks.ssrf import UnsafeTargetError, check_target
 
 REAL_GETADDRINFO = socket.getaddrinfo
 REAL_CONNECT = socket.socket.connect

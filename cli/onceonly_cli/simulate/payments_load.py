@@ -101,8 +101,8 @@ class PaymentsLoad:
     def expected_deliveries(self) -> set[str]:
         """One ``invoice.paid`` delivery per (subscription, paid invoice): the
         event id comes from the payment that completed the invoice."""
-        from billing.webhook_events import invoice_paid_event_id
-        from webhooks.deliveries import delivery_id_for
+        from onceonly_app.billing.webhook_events import invoice_paid_event_id
+        from onceonly_app.webhooks.deliveries import delivery_id_for
 
         return {delivery_id_for(sub, invoice_paid_event_id(p.transaction_hash))
                 for p in self.payments if p.pays for sub in self.subscription_ids}

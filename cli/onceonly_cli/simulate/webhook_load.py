@@ -77,7 +77,7 @@ class WebhookLoad:
             pass  # the database went first (Ctrl-C): nothing can fan out to them anyway
 
     def track(self, webhook_id: str, event_id: str, message_id: str) -> None:
-        from webhooks.deliveries import delivery_id_for
+        from onceonly_app.webhooks.deliveries import delivery_id_for
 
         delivery_id = delivery_id_for(webhook_id, event_id)
         if delivery_id not in self.expected:
@@ -118,7 +118,7 @@ class WebhookLoad:
     def relay(self, messages: list[Message]) -> list[Message]:
         """Messages another function sent to the webhook queue, on their way to the
         dispatcher: remember which delivery each is for (its latency starts when fed)."""
-        from webhooks.deliveries import delivery_id_for
+        from onceonly_app.webhooks.deliveries import delivery_id_for
 
         for message in messages:
             try:

@@ -1,5 +1,5 @@
 """The service as a Lambda container builds it: once, on first use, from the
-shared clients (appdb.clients) and the WEBHOOK_* settings."""
+shared clients (onceonly_app.appdb.clients) and the WEBHOOK_* settings."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 from functools import cache
 from typing import Any
 
-from appdb import clients
-from appdb.clients import coordination_store, db_pool
+from onceonly_app.appdb import clients
+from onceonly_app.appdb.clients import coordination_store, db_pool
 
 from .config import WebhookConfig
 from .deliveries import DeliveryRepository

@@ -2,4 +2,4 @@
 the onceonly due queue, fenced outcome records, retries and dead letters.
 
 The functions in ``functions/webhook_*`` are thin wrappers around
-:class:`webhooks.service.WebhookService`."""
+:class:`onceonly_app.webhooks.service.WebhookService`."""
