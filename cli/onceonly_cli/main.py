@@ -33,8 +33,21 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
                              "endpoint_url=… (default: $ONCEONLY_STORE_URL, else the database)")
 
 
+def _version() -> str:
+    """The library's version, and the app's when it is installed as a distribution."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import onceonly
+
+    try:
+        return f"onceonly {onceonly.__version__} (onceonly-app {version('onceonly-app')})"
+    except PackageNotFoundError:
+        return f"onceonly {onceonly.__version__}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="onceonly", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     sim = commands.add_parser("simulate",

