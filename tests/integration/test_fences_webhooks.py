@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, cast
 
+import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
@@ -132,6 +133,8 @@ class Holders:
     def close(self) -> None:
         for close in self._closers:
             close()
+        with psycopg.connect(self.db, autocommit=True) as conn:  # later tests' fan-outs skip it
+            conn.execute("UPDATE webhook_subscriptions SET enabled = false WHERE id = %s", (self.webhook_id,))
 
 
 @pytest.fixture
