@@ -30,7 +30,7 @@ from onceonly_app.webhooks.redrive import redrive
 from onceonly_app.webhooks.sender import SendResult, WebhookSender
 from onceonly_app.webhooks.service import RetryReport, WebhookService
 from onceonly_app.webhooks.signing import new_secret
-from tests.support.interleave import Interleaving, Seam
+from tests.support.interleave import Background, Interleaving, Seam
 from tests.support.webhooks import attempts, create_subscription, deliveries, new_id
 
 pytest_plugins = ("tests.support.webhook_fixtures", "tests.support.fence_fixtures")
@@ -117,10 +117,10 @@ class Holders:
         result = self.service(ScriptedSender(500), config=config).dispatch(self.request())
         assert result.attempt is not None and result.attempt.recorded and result.attempt.status == "retrying"
 
-    def due_now(self, generation: int = 0) -> None:
-        """Make the delivery's queue item due now. A claim on it is taken from its
-        holder, which is what the claim's lease running out does."""
-        self.queue.put(self.delivery_id, payload={"generation": generation})
+    def due_now(self) -> None:
+        """Make the delivery's (generation 0) queue item due now. A claim on it is
+        taken from its holder, which is what the claim's lease running out does."""
+        self.queue.put(self.delivery_id, payload={"generation": 0})
 
     def row(self) -> dict[str, Any]:
         return deliveries(self.db, [self.delivery_id])[self.delivery_id]
@@ -144,7 +144,7 @@ def holders(webhook_db: str, store_url: str, store: onceonly.Store, unique: str)
     h.close()
 
 
-def newer_worker_mid_post(holders: Holders, interleave: Interleaving) -> tuple[Seam, Any, ScriptedSender]:
+def newer_worker_mid_post(holders: Holders, interleave: Interleaving) -> tuple[Seam, Background, ScriptedSender]:
     """Holder 2: a retry worker that will claim, stamp and stop mid-POST (then answer 200)."""
     mid_post = interleave.seam("holder 2 mid-POST")
     sender = ScriptedSender(200, during=mid_post)
@@ -170,7 +170,7 @@ def test_the_dispatchers_outcome_is_refused_once_a_retry_claim_stamped(
     assert (current.succeeded, current.leases_reclaimed) == (1, 1)
     row = holders.row()
     assert (row["status"], row["attempts"], row["response_code"]) == ("succeeded", 1, 200)
-    newer_token = holders.row()["fence_token"]
+    newer_token = row["fence_token"]
     assert newer_token >= 1
     assert holders.log() == [(0, 0, "failed", False), (0, newer_token, "succeeded", True)]
     assert stale_sender.posts == newer_sender.posts == [holders.delivery_id]
