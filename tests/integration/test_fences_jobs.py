@@ -189,50 +189,37 @@ def runs(request: pytest.FixtureRequest, jobs_db: str, pool: ConnectionPool, new
     return TickRuns(JOBS[request.param], jobs_db, pool, newer_pool, store, unique, interleave)
 
 
-def test_a_stale_run_cannot_stamp_after_the_newer_one(runs: TickRuns, seams: FenceSeams,
-                                                      interleave: Interleaving) -> None:
+# Where the stale run is when the newer one stamps, as its fence's seam (None:
+# granted but not stamped yet), and how many things it committed by then.
+STALE_RUN_AT = {
+    "stamp": (None, 0),
+    "commit": ("after stamp", 0),
+    "finish": ("before finish", 3),
+}
+
+
+@pytest.mark.parametrize("stale_write", sorted(STALE_RUN_AT))
+def test_a_stale_runs_write_is_refused_once_the_newer_run_stamped(
+        stale_write: str, runs: TickRuns, seams: FenceSeams, interleave: Interleaving) -> None:
+    seam, committed_before = STALE_RUN_AT[stale_write]
     stamped = interleave.seam("holder 2 stamped")
     seams.at(runs.current, "after stamp", stamped)
-    runs.newer.start(until=stamped)
 
-    with pytest.raises(FencedError):  # holder 1 was paused between its grant and its stamp
+    def newer_run_stamps() -> None:
+        runs.newer.start(until=stamped)
+
+    if seam is None:
+        newer_run_stamps()
+    else:
+        seams.at(runs.stale, seam, newer_run_stamps)
+    with pytest.raises(FencedError):
         runs.run_stale()
-    assert runs.done() == 0
+    assert runs.done() == committed_before  # nothing after the newer stamp
 
     stamped.let_go()
-    assert runs.newer.result() == 3
+    assert runs.newer.result() == 3 - committed_before
     assert runs.done() == 3
-    assert runs.tick_row() == (runs.current.token, {runs.job.result_key: 3})
-
-
-def test_a_stale_run_cannot_commit_once_the_newer_one_stamped(runs: TickRuns, seams: FenceSeams,
-                                                              interleave: Interleaving) -> None:
-    stamped = interleave.seam("holder 2 stamped")
-    seams.at(runs.current, "after stamp", stamped)
-    seams.at(runs.stale, "after stamp", lambda: runs.newer.start(until=stamped))
-
-    with pytest.raises(FencedError):
-        runs.run_stale()
-    assert runs.done() == 0  # no transition, no invoice: the transaction found the newer token
-
-    stamped.let_go()
-    assert runs.newer.result() == 3
-    assert runs.tick_row() == (runs.current.token, {runs.job.result_key: 3})
-
-
-def test_a_stale_run_cannot_finish_once_the_newer_one_stamped(runs: TickRuns, seams: FenceSeams,
-                                                              interleave: Interleaving) -> None:
-    stamped = interleave.seam("holder 2 stamped")
-    seams.at(runs.current, "after stamp", stamped)
-    seams.at(runs.stale, "before finish", lambda: runs.newer.start(until=stamped))
-
-    with pytest.raises(FencedError):
-        runs.run_stale()
-    assert runs.done() == 3  # committed before holder 2 stamped: that work stands
-
-    stamped.let_go()
-    assert runs.newer.result() == 0
-    assert runs.tick_row() == (runs.current.token, {runs.job.result_key: 0})
+    assert runs.tick_row() == (runs.current.token, {runs.job.result_key: 3 - committed_before})
 
 
 def test_a_newer_stamp_waits_for_a_stale_commit_in_flight(runs: TickRuns, seams: FenceSeams) -> None:
