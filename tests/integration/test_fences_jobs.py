@@ -403,11 +403,12 @@ def test_a_newer_cursor_stamp_waits_for_a_stale_page_in_flight(pollers: Pollers,
     The stamp waits for that commit (the row lock on the cursor), so holder 2
     starts from the cursor holder 1 committed, never from an older one."""
     apply = payment_watcher._apply
-    first_payment = [True]
+    taken_over = threading.Event()
 
     def apply_then_newer_takes_over(conn: psycopg.Connection[Any], *args: Any) -> None:
         apply(conn, *args)
-        if first_payment.pop() if first_payment else False:
+        if not taken_over.is_set():  # after holder 1's first payment, inside its page's transaction
+            taken_over.set()
             pollers.newer_takes_over(until_fetching=False)
             wait_until_blocked_by(pollers.db, conn.info.backend_pid, unless=lambda: bool(pollers.newer_source.asked))
 
