@@ -15,7 +15,6 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
-from .testhooks import pause_point
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 MAX_PERIODS_PER_RUN = 366  # per schedule; a longer gap is caught up over the next ticks
@@ -30,7 +29,6 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
         max_periods: int = MAX_PERIODS_PER_RUN) -> RecurringResult:
     """Generate the invoices of every period that started on or before the
     tick's day (UTC), with their activity events and e-mails, in one transaction."""
-    pause_point("recurring.before_generate")
     params = {"as_of": tick.scheduled_time.date(), "tenant": tenant, "max_periods": max_periods}
     with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         created = cur.execute(SQL["generate_due_invoices"], params).fetchall()
