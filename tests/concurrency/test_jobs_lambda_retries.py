@@ -57,12 +57,13 @@ def table_locked(db_url: str, table: str) -> Iterator[None]:
         yield
 
 
-def wait_until_blocked(db_url: str, timeout: float = 60.0) -> None:
+def wait_until_blocked(db_url: str, proc: Any, timeout: float = 60.0) -> None:
     """Until some session of this database waits for a lock (the job's statement)."""
     deadline = time.monotonic() + timeout
     with data.connect(db_url) as conn:
         while not data.rows(conn, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
                                   " AND wait_event_type = 'Lock'"):
+            assert proc.is_alive(), "the job ended instead of blocking on the lock (see its record)"
             assert time.monotonic() < deadline, f"no job blocked on the lock within {timeout}s"
             time.sleep(0.05)
 
@@ -130,7 +131,7 @@ def test_a_killed_run_is_run_by_lambdas_first_retry(
 
     with table_locked(jobs_db, "invoices"):
         victim = replicas.start(invocation, name="attempt-1")
-        wait_until_blocked(jobs_db)
+        wait_until_blocked(jobs_db, victim)
         held_past_its_lease(store, f"tick:{job_scope.job}:{TICK}", float(lease["TICK_LEASE_SECONDS"]))
         died = kill(victim)
 
@@ -152,7 +153,7 @@ def test_a_duplicate_during_a_healthy_run_is_skipped_past_the_first_lease(
 
     with table_locked(jobs_db, "invoices"):
         running = replicas.start(job_scope.invocation("overdue_invoices", event, **lease), name="running")
-        wait_until_blocked(jobs_db)
+        wait_until_blocked(jobs_db, running)
         sleep_past_two_leases(store, f"tick:{job_scope.job}:{TICK}", float(lease["TICK_LEASE_SECONDS"]))
         # EventBridge delivered the tick again (another id), long after the first lease would have ended
         duplicate = replicas.start(job_scope.invocation("overdue_invoices", scheduled_event(
@@ -180,7 +181,7 @@ def test_a_retry_that_dies_too_is_run_by_the_second_retry(
     for attempt, delay in ((1, 0.0), (2, RETRY_DELAYS[0])):
         with table_locked(jobs_db, "invoices"):
             proc = replay_at(replicas, invocation, f"attempt-{attempt}", died + delay)
-            wait_until_blocked(jobs_db)
+            wait_until_blocked(jobs_db, proc)
             died = kill(proc)
     last = replay_at(replicas, invocation, "attempt-3", died + RETRY_DELAYS[1])
     outcome = outcome_of(replicas, last, "attempt-3")
