@@ -36,7 +36,7 @@ pytest_plugins = ("tests.support.jobs_fixtures",)
 pytestmark = pytest.mark.concurrency
 
 TICK = "2026-11-29T02:00:00Z"
-SCALE = 1 / 20  # template seconds -> test seconds
+SCALE = 1 / 15  # template seconds -> test seconds (30 s lease -> 2 s, heartbeat 0.67 s)
 LAMBDA_RETRY_DELAYS = (60.0, 120.0)  # after the first failure, then after the second
 RETRY_DELAYS = tuple(d * SCALE for d in LAMBDA_RETRY_DELAYS)
 
