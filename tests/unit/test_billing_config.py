@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 import onceonly
@@ -54,3 +57,13 @@ def test_retry_delay_follows_the_schedule_with_jitter() -> None:
         assert all(0.9 * base <= d <= 1.1 * base for d in delays)
         assert len(set(delays)) > 1
 
+
+
+def test_every_setting_the_jobs_read_is_documented() -> None:
+    """Deployed code keeps only operator settings, and each one is in the docs."""
+    root = Path(__file__).resolve().parents[2]
+    source = (root / "shared" / "onceonly_app" / "billing" / "config.py").read_text(encoding="utf-8")
+    read = set(re.findall(r'_(?:seconds|count|required)\("([A-Z_]+)"', source))
+    assert {"TICK_LEASE_SECONDS", "TICK_HEARTBEAT_SECONDS", "SES_FROM_ADDRESS"} <= read
+    docs = (root / "docs" / "scheduled-jobs.md").read_text(encoding="utf-8")
+    assert sorted(name for name in read if f"`{name}`" not in docs) == []
