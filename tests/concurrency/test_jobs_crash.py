@@ -134,11 +134,8 @@ def test_recurring_killed_run_is_taken_over(scope_on: Any, replicas: Replicas, j
     outcome = kill_mid_job_then_retry(replicas, store, scope, "recurring_billing", "recurring.before_generate")
 
     assert outcome["result"] == {"generated": 3}
-    with data.connect(jobs_db) as conn:
-        invoices = data.rows(conn, "SELECT period_key FROM invoices WHERE schedule_id = %s ORDER BY 1", schedule)
-        effects = data.invoice_effects(conn, scope.tenant)
-    assert [i["period_key"] for i in invoices] == ["2026-11-15", "2026-11-22", "2026-11-29"]
-    assert effects["activity"] == 3 and effects["notifications"] == 3
+    assert data.generated_invoices(jobs_db, scope.tenant, schedule) == {
+        "periods": ["2026-11-15", "2026-11-22", "2026-11-29"], "activity": 3, "notifications": 3}
 
 
 def test_payment_watcher_killed_before_sending_loses_no_webhook(

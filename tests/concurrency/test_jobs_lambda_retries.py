@@ -188,8 +188,5 @@ def test_a_retry_that_dies_too_is_run_by_the_second_retry(
 
     assert outcome["status"] == "ran" and outcome["token"] == 3 and outcome["reclaimed"] is True
     assert outcome["result"] == {"generated": 3}
-    with data.connect(jobs_db) as conn:
-        invoices = data.rows(conn, "SELECT period_key FROM invoices WHERE schedule_id = %s ORDER BY 1", schedule)
-        effects = data.invoice_effects(conn, job_scope.tenant)
-    assert [i["period_key"] for i in invoices] == ["2026-11-15", "2026-11-22", "2026-11-29"]
-    assert effects["activity"] == 3 and effects["notifications"] == 3
+    assert data.generated_invoices(jobs_db, job_scope.tenant, schedule) == {
+        "periods": ["2026-11-15", "2026-11-22", "2026-11-29"], "activity": 3, "notifications": 3}
