@@ -29,11 +29,11 @@ def ses_notifier() -> SesNotifier:
 
 @logger.inject_lambda_context(log_event=False)
 @metrics.log_metrics
-@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl, keep=SETTINGS.tick_keep,
-                    logger=logger, metrics=metrics)
+@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
+                    heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
     result = notifications.run(
-        db_pool(), tick, ses_notifier(), NOTIFY, tenant=SETTINGS.tenant, log=logger,
+        db_pool(), tick, ses_notifier(), NOTIFY, log=logger,
         seconds_left=lambda: context.get_remaining_time_in_millis() / 1000,
     )
     for name, value in (("notifications_sent", result.sent), ("notifications_retrying", result.retrying),

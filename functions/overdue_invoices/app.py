@@ -20,10 +20,10 @@ metrics = Metrics(service="overdue-invoices")
 
 @logger.inject_lambda_context(log_event=False)
 @metrics.log_metrics
-@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl, keep=SETTINGS.tick_keep,
-                    logger=logger, metrics=metrics)
+@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
+                    heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
-    result = overdue.run(db_pool(), tick, tenant=SETTINGS.tenant)
+    result = overdue.run(db_pool(), tick)
     metrics.add_metric(name="rows_transitioned", unit=MetricUnit.Count, value=result.transitioned)
     logger.info("overdue invoices transitioned", extra={"transitioned": result.transitioned,
                                                         "batches": result.batches, "token": tick.token})

@@ -35,12 +35,12 @@ def sqs_client() -> Any:
 
 @logger.inject_lambda_context(log_event=False)
 @metrics.log_metrics
-@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl, keep=SETTINGS.tick_keep,
-                    logger=logger, metrics=metrics)
+@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
+                    heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, Any]:
     result = payment_watcher.run(
         db_pool(), tick, payments_client(), sqs_client(), WATCH.queue_url, poller_ttl=WATCH.poller_ttl,
-        page_limit=WATCH.page_limit, max_pages=WATCH.max_pages, tenant=SETTINGS.tenant, log=logger,
+        page_limit=WATCH.page_limit, max_pages=WATCH.max_pages, log=logger,
     )
     for name, value in (("payments_applied", result.payments_applied),
                         ("rows_transitioned", result.invoices_paid),

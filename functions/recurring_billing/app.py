@@ -21,10 +21,10 @@ metrics = Metrics(service="recurring-billing")
 
 @logger.inject_lambda_context(log_event=False)
 @metrics.log_metrics
-@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl, keep=SETTINGS.tick_keep,
-                    logger=logger, metrics=metrics)
+@onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
+                    heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
-    result = recurring.run(db_pool(), tick, tenant=SETTINGS.tenant)
+    result = recurring.run(db_pool(), tick)
     metrics.add_metric(name="invoices_generated", unit=MetricUnit.Count, value=result.generated)
     metrics.add_metric(name="rows_transitioned", unit=MetricUnit.Count, value=result.generated)
     logger.info("recurring invoices generated", extra={"generated": result.generated, "token": tick.token})

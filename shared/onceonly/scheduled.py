@@ -7,14 +7,16 @@ different ids. The guard claims the lock record ``tick:JOB:TIME`` through the
 store's lease API (acquire/renew/release/complete only, so it works on every
 backend):
 
-- granted: the body runs with a :class:`Tick` (fencing token, renewal);
-  success completes the record for ``keep`` seconds, so later duplicates of the
-  tick are skipped; an exception releases it and propagates, so a retry of the
-  tick can run;
+- granted: the body runs with a :class:`Tick` (fencing token, renewal) while a
+  heartbeat thread renews the tick's short lease; success completes the record
+  for ``keep`` seconds, so later duplicates of the tick are skipped; an
+  exception releases it and propagates, so a retry of the tick can run;
 - held by a running invocation, or completed: the invocation is skipped and
   logged. Never an error;
-- a crashed run's record stays held until its lease expires; a retry of the
-  tick then takes it over with a higher token (``Tick.reclaimed``).
+- a crashed run's heartbeat dies with it, so its record frees itself within one
+  ``ttl`` (30 s by default), well before Lambda retries the failed invocation
+  (about 60 s, then 120 s later); the retry takes it over with a higher token
+  (``Tick.reclaimed``).
 
 The body's own writes must still be idempotent or fenced with ``tick.token``: a
 run paused past its lease is not stopped, only refused at its next fenced write.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,11 +34,15 @@ from typing import Any, Protocol
 
 from .api import Lease, Store
 from .errors import ConfigError, LeaseLostError, OnceOnlyError
+from .heartbeat import Heartbeat
 from .stores._common import check_seconds
 
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
 SCHEDULED_SOURCE = "aws.events"
-DEFAULT_TTL = 300.0
+# Well under Lambda's first retry of a failed asynchronous invocation (about
+# 60 s): a crashed run's tick must be free again when that retry arrives.
+DEFAULT_TTL = 30.0
+HEARTBEATS_PER_TTL = 3  # default heartbeat: ttl / 3, so two missed beats still keep the lease
 DEFAULT_KEEP = 7 * 86400.0
 
 _log = logging.getLogger("onceonly.scheduled")
@@ -61,6 +68,9 @@ class Tick:
     grant of this tick, so stamp it on the writes that must come from the current
     holder only. ``reclaimed`` is true when an earlier run of this tick did not
     complete (it crashed, timed out or failed) and this run took over.
+
+    The guard's heartbeat renews the lease from another thread while the body
+    runs; ``renew()`` is safe to call from the body too.
     """
 
     job: str
@@ -69,6 +79,8 @@ class Tick:
     lease: Lease
     ttl: float
     _store: Store = field(repr=False)
+    _renewing: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lost: bool = field(default=False, repr=False)
 
     @property
     def lock_name(self) -> str:
@@ -87,11 +99,25 @@ class Tick:
         """The coordination store the tick was claimed on (for job-wide leases)."""
         return self._store
 
+    @property
+    def lost(self) -> bool:
+        """True once a renewal (the heartbeat's or the body's) found that another
+        run took the tick over. The body may check it to stop early."""
+        return self._lost
+
     def renew(self, ttl: float | None = None) -> Lease:
         """Extend the tick's lease to now + ``ttl`` (default: the guard's ttl).
-        Raises LeaseLostError if another run took the tick over."""
-        self.lease = self._store.renew(self.lease, self.ttl if ttl is None else ttl)
-        return self.lease
+        Raises LeaseLostError if another run took the tick over (also on every
+        call after that was found once)."""
+        with self._renewing:  # the heartbeat and the body may renew at once
+            if self._lost:
+                raise LeaseLostError(f"tick {self.lease.name!r} token {self.token} was taken over by a newer run")
+            try:
+                self.lease = self._store.renew(self.lease, self.ttl if ttl is None else ttl)
+            except LeaseLostError:
+                self._lost = True
+                raise
+            return self.lease
 
 
 Body = Callable[[Any, Any, Tick], Any]
@@ -151,6 +177,7 @@ def scheduled(
     *,
     job: str,
     ttl: float = DEFAULT_TTL,
+    heartbeat: float | None = None,
     keep: float = DEFAULT_KEEP,
     logger: Any = None,
     metrics: MetricsSink | None = None,
@@ -161,10 +188,14 @@ def scheduled(
 
     ``store`` is a Store or a zero-argument callable returning one (called per
     invocation, so pass a cached factory such as ``onceonly_app.appdb.clients.coordination_store``).
-    ``ttl`` is the tick's lease: a crashed run blocks retries of its tick that long;
-    long bodies call ``tick.renew()``. ``logger`` (stdlib or Powertools) gets one
-    structured line per outcome; ``metrics`` gets ``ticks_run``,
-    ``ticks_skipped_duplicate``, ``ticks_superseded``, ``ticks_failed`` and
+    ``ttl`` is the tick's lease and ``heartbeat`` (default ``ttl / 3``) how often
+    a background thread renews it while the body runs. A run that dies stops
+    renewing, so its tick is free again within ``ttl``: keep ``ttl`` well under
+    the platform's retry delay (Lambda retries a failed asynchronous invocation
+    after about 60 s) and well over the renewal's worst-case latency.
+    ``logger`` (stdlib or Powertools) gets one structured line per outcome;
+    ``metrics`` gets ``ticks_run``, ``ticks_skipped_duplicate``,
+    ``ticks_superseded``, ``ticks_failed`` (every invocation that raises) and
     ``leases_reclaimed`` counts.
 
     The handler returns ``{"job", "tick", "status", ...}`` where status is
@@ -176,6 +207,7 @@ def scheduled(
     """
     job = _check_job(job)
     ttl = check_seconds(ttl, "ttl")
+    beat = _check_heartbeat(ttl, heartbeat)
     keep = check_seconds(keep, "keep")
     log = logger if logger is not None else _log
 
@@ -183,51 +215,71 @@ def scheduled(
         if metrics is not None:
             metrics.add_metric(name=name, unit="Count", value=1)
 
+    def run_tick(body: Body, event: Any, context: Any) -> dict[str, Any]:
+        when = scheduled_time_of(event)
+        tick_store = _resolve(store)
+        name = tick_lock_name(job, when)
+        report: dict[str, Any] = {"job": job, "tick": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        lease = tick_store.acquire(name, ttl=ttl)
+        if lease is None:
+            return _skipped(tick_store, name, report, log, count)
+        tick = Tick(job=job, scheduled_time=when, event_id=_event_id(event), lease=lease, ttl=ttl,
+                    _store=tick_store)
+        context_fields = {"lock": name, "token": lease.token, "owner": lease.owner,
+                          "event_id": tick.event_id}
+        if tick.reclaimed:
+            count("leases_reclaimed")
+            log.warning("taking over a tick an earlier run did not complete", extra=context_fields)
+        try:
+            # Stopped (and joined) before the tick is completed or released below.
+            with Heartbeat(tick.renew, beat, name=name, log=log, fields=context_fields):
+                result = body(event, context, tick)
+        except LeaseLostError as exc:
+            # A lease the body relies on (the tick's, or one of its own) was
+            # lost: a newer run owns the work. Not an error. If the tick's
+            # lease is still ours, give it back so a retry is not blocked.
+            count("ticks_superseded")
+            released = tick_store.release(tick.lease)
+            log.warning("tick superseded: a lease was lost, a newer run owns the work",
+                        extra={**context_fields, "error": str(exc), "released": released})
+            return {**report, "status": "superseded", "token": lease.token}
+        except Exception:
+            _release_after_failure(tick_store, tick.lease, log, context_fields)
+            raise
+        if not tick_store.complete(tick.lease, keep=keep):
+            count("ticks_superseded")
+            log.warning("tick ran but its lease was lost before completion; a newer run owns it",
+                        extra=context_fields)
+            return {**report, "status": "superseded", "token": lease.token, "result": result}
+        count("ticks_run")
+        log.info("tick ran", extra=context_fields)
+        return {**report, "status": "ran", "token": lease.token, "reclaimed": tick.reclaimed,
+                "result": result}
+
     def decorate(body: Body) -> Handler:
         @functools.wraps(body)
         def handler(event: Any, context: Any) -> dict[str, Any]:
-            when = scheduled_time_of(event)
-            tick_store = _resolve(store)
-            name = tick_lock_name(job, when)
-            report: dict[str, Any] = {"job": job, "tick": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
-            lease = tick_store.acquire(name, ttl=ttl)
-            if lease is None:
-                return _skipped(tick_store, name, report, log, count)
-            tick = Tick(job=job, scheduled_time=when, event_id=_event_id(event), lease=lease, ttl=ttl,
-                        _store=tick_store)
-            context_fields = {"lock": name, "token": lease.token, "owner": lease.owner,
-                              "event_id": tick.event_id}
-            if tick.reclaimed:
-                count("leases_reclaimed")
-                log.warning("taking over a tick an earlier run did not complete", extra=context_fields)
             try:
-                result = body(event, context, tick)
-            except LeaseLostError as exc:
-                # A lease the body relies on (the tick's, or one of its own) was
-                # lost: a newer run owns the work. Not an error. If the tick's
-                # lease is still ours, give it back so a retry is not blocked.
-                count("ticks_superseded")
-                released = tick_store.release(tick.lease)
-                log.warning("tick superseded: a lease was lost, a newer run owns the work",
-                            extra={**context_fields, "error": str(exc), "released": released})
-                return {**report, "status": "superseded", "token": lease.token}
+                return run_tick(body, event, context)
             except Exception:
+                # Lambda retries the invocation (about 60 s, then 120 s later) and
+                # after that hands it to the on-failure destination: count each try.
                 count("ticks_failed")
-                _release_after_failure(tick_store, tick.lease, log, context_fields)
                 raise
-            if not tick_store.complete(tick.lease, keep=keep):
-                count("ticks_superseded")
-                log.warning("tick ran but its lease was lost before completion; a newer run owns it",
-                            extra=context_fields)
-                return {**report, "status": "superseded", "token": lease.token, "result": result}
-            count("ticks_run")
-            log.info("tick ran", extra=context_fields)
-            return {**report, "status": "ran", "token": lease.token, "reclaimed": tick.reclaimed,
-                    "result": result}
 
         return handler
 
     return decorate
+
+
+def _check_heartbeat(ttl: float, heartbeat: float | None) -> float:
+    if heartbeat is None:
+        return ttl / HEARTBEATS_PER_TTL
+    beat = check_seconds(heartbeat, "heartbeat")
+    if beat >= ttl / 2:
+        raise ConfigError(f"heartbeat ({beat} s) must be under half the ttl ({ttl} s), so that one late "
+                          "renewal does not lose the tick")
+    return beat
 
 
 def _event_id(event: Mapping[str, Any]) -> str | None:

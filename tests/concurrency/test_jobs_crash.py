@@ -17,7 +17,7 @@ import onceonly
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import JobScope, drain_queue, make_scope, sent_emails
-from tests.support.jobs_workers import Invocation, Replicas, scheduled_event, wait_until_expired, wait_until_stopped
+from tests.support.jobs_workers import Replicas, scheduled_event, wait_until_expired, wait_until_stopped
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
 pytestmark = pytest.mark.concurrency
@@ -44,13 +44,13 @@ def scope_on(request: pytest.FixtureRequest, jobs_db: str, moto_endpoint: str, s
         store.close()
 
 
-def kill_mid_job_then_retry(replicas: Replicas, store: onceonly.Store, function: str, env: dict[str, str],
-                            pause_at: str, *lease_names: str) -> dict[str, Any]:
+def kill_mid_job_then_retry(replicas: Replicas, store: onceonly.Store, scope: JobScope, function: str,
+                            pause_at: str, *lease_names: str, **env: str) -> dict[str, Any]:
     """Start a run that stops itself at ``pause_at``, SIGKILL it there, wait for
     its leases to expire, then invoke a retry of the same tick; its outcome."""
     event = scheduled_event(function, TICK)
-    victim = replicas.start(Invocation(function, {**env, "TICK_LEASE_SECONDS": SHORT,
-                                                  "POLLER_LEASE_SECONDS": SHORT}, event),
+    victim = replicas.start(scope.invocation(function, event, **env, TICK_LEASE_SECONDS=SHORT,
+                                             POLLER_LEASE_SECONDS=SHORT),
                             name="victim", pause_at=pause_at)
     wait_until_stopped(victim)
     assert victim.pid is not None
@@ -58,8 +58,8 @@ def kill_mid_job_then_retry(replicas: Replicas, store: onceonly.Store, function:
     victim.join(10)
     assert victim.exitcode == -signal.SIGKILL
 
-    wait_until_expired(store, f"tick:{env['JOB_NAME']}:{TICK}", *lease_names)
-    retry = replicas.start(Invocation(function, env, event), name="retry")
+    wait_until_expired(store, f"tick:{scope.job}:{TICK}", *lease_names)
+    retry = replicas.start(scope.invocation(function, event, **env), name="retry")
     replicas.join(retry)
     outcome: dict[str, Any] = replicas.record("retry")["outcome"]
     assert outcome["status"] == "ran" and outcome["reclaimed"] is True and outcome["token"] == 2
@@ -71,8 +71,7 @@ def test_overdue_killed_run_is_taken_over(scope_on: Any, replicas: Replicas, job
     with data.connect(jobs_db) as conn:
         late = sorted(data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z") for _ in range(2))
 
-    outcome = kill_mid_job_then_retry(replicas, store, "overdue_invoices", scope.env,
-                                      "overdue.before_transitions")
+    outcome = kill_mid_job_then_retry(replicas, store, scope, "overdue_invoices", "overdue.before_transitions")
 
     assert outcome["result"] == {"transitioned": 2}
     with data.connect(jobs_db) as conn:
@@ -89,7 +88,6 @@ def test_notifications_killed_after_claiming_are_sent_once(scope_on: Any, replic
     scope, store = scope_on("dynamodb")
     with data.connect(jobs_db) as conn:
         keys = [data.add_notification(conn, scope.tenant) for _ in range(3)]
-    env = scope.with_env(NOTIFICATION_CLAIM_SECONDS=SHORT)
 
     def claims_expired() -> None:  # the dead run's claims must run out too
         deadline = time.monotonic() + 60
@@ -100,7 +98,8 @@ def test_notifications_killed_after_claiming_are_sent_once(scope_on: Any, replic
                 time.sleep(0.2)
 
     event = scheduled_event("notifications", TICK)
-    victim = replicas.start(Invocation("notifications", {**env, "TICK_LEASE_SECONDS": SHORT}, event),
+    victim = replicas.start(scope.invocation("notifications", event, NOTIFICATION_CLAIM_SECONDS=SHORT,
+                                             TICK_LEASE_SECONDS=SHORT),
                             name="victim", pause_at="notifications.before_send")
     wait_until_stopped(victim)
     assert victim.pid is not None
@@ -111,7 +110,7 @@ def test_notifications_killed_after_claiming_are_sent_once(scope_on: Any, replic
     assert [(r["status"], r["attempts"]) for r in claimed] == [("sending", 1)] * 3
     wait_until_expired(store, f"tick:{scope.job}:{TICK}")
     claims_expired()
-    retry = replicas.start(Invocation("notifications", scope.env, event), name="retry")
+    retry = replicas.start(scope.invocation("notifications", event), name="retry")
     replicas.join(retry)
 
     outcome = replicas.record("retry")["outcome"]
@@ -132,15 +131,11 @@ def test_recurring_killed_run_is_taken_over(scope_on: Any, replicas: Replicas, j
         schedule = data.add_schedule(conn, scope.tenant, cadence="weekly", anchor=date(2026, 11, 29) - timedelta(
             weeks=2))
 
-    outcome = kill_mid_job_then_retry(replicas, store, "recurring_billing", scope.env,
-                                      "recurring.before_generate")
+    outcome = kill_mid_job_then_retry(replicas, store, scope, "recurring_billing", "recurring.before_generate")
 
     assert outcome["result"] == {"generated": 3}
-    with data.connect(jobs_db) as conn:
-        invoices = data.rows(conn, "SELECT period_key FROM invoices WHERE schedule_id = %s ORDER BY 1", schedule)
-        effects = data.invoice_effects(conn, scope.tenant)
-    assert [i["period_key"] for i in invoices] == ["2026-11-15", "2026-11-22", "2026-11-29"]
-    assert effects["activity"] == 3 and effects["notifications"] == 3
+    assert data.generated_invoices(jobs_db, scope.tenant, schedule) == {
+        "periods": ["2026-11-15", "2026-11-22", "2026-11-29"], "activity": 3, "notifications": 3}
 
 
 def test_payment_watcher_killed_before_sending_loses_no_webhook(
@@ -152,11 +147,11 @@ def test_payment_watcher_killed_before_sending_loses_no_webhook(
                     for _ in range(2)]
         webhook = data.add_subscription(conn)
     hashes = sorted(fake_payments.add(memo=i, amount="5")["transaction_hash"] for i in invoices)
-    env = scope.with_env(PAYMENTS_API_URL=fake_payments.url, WEBHOOK_QUEUE_URL=sqs_queue)
 
     try:
         # killed after the payments committed, before their webhook events reached SQS
-        outcome = kill_mid_job_then_retry(replicas, store, "payment_watcher", env, "payments.before_publish")
+        outcome = kill_mid_job_then_retry(replicas, store, scope, "payment_watcher", "payments.before_publish",
+                                          PAYMENTS_API_URL=fake_payments.url, WEBHOOK_QUEUE_URL=sqs_queue)
     finally:
         with data.connect(jobs_db) as conn:
             data.disable_subscription(conn, webhook)

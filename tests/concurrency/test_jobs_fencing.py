@@ -19,7 +19,7 @@ import onceonly
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import drain_queue, make_scope
-from tests.support.jobs_workers import Invocation, Replicas, scheduled_event, wait_until_expired, wait_until_stopped
+from tests.support.jobs_workers import Replicas, scheduled_event, wait_until_expired, wait_until_stopped
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
 pytestmark = pytest.mark.concurrency
@@ -43,11 +43,11 @@ def test_paused_overdue_run_cannot_commit_its_transitions(
         late = sorted(data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z") for _ in range(3))
     event = scheduled_event("overdue_invoices", "2026-11-29T02:00:00Z")
 
-    paused = replicas.start(Invocation("overdue_invoices", scope.with_env(**SHORT), event), name="paused",
+    paused = replicas.start(scope.invocation("overdue_invoices", event, **SHORT), name="paused",
                             pause_at="overdue.before_transitions")
     wait_until_stopped(paused)
     wait_until_expired(store, f"tick:{scope.job}:2026-11-29T02:00:00Z")
-    newer = replicas.start(Invocation("overdue_invoices", scope.env, event), name="newer",
+    newer = replicas.start(scope.invocation("overdue_invoices", event), name="newer",
                            pause_at="overdue.before_transitions")
     wait_until_stopped(newer)  # it holds the tick and stamped token 2
 
@@ -76,18 +76,20 @@ def test_paused_poller_cannot_commit_its_cursor(
                     for _ in range(2)]
         webhook = data.add_subscription(conn)
     records = [fake_payments.add(memo=i, amount="7") for i in invoices]
-    env = scope.with_env(PAYMENTS_API_URL=fake_payments.url, WEBHOOK_QUEUE_URL=sqs_queue)
+    payments_env = {"PAYMENTS_API_URL": fake_payments.url, "WEBHOOK_QUEUE_URL": sqs_queue}
 
     try:
         # A polls for the 10:07 tick and stops after fetching the page, holding the poller lease
-        paused = replicas.start(Invocation("payment_watcher", {**env, **SHORT},
-                                           scheduled_event("payment_watcher", "2026-11-29T10:07:00Z")),
+        paused = replicas.start(scope.invocation("payment_watcher",
+                                                 scheduled_event("payment_watcher", "2026-11-29T10:07:00Z"),
+                                                 **payments_env, **SHORT),
                                 name="paused", pause_at="payments.before_apply")
         wait_until_stopped(paused)
         wait_until_expired(store, f"tick:{scope.job}:2026-11-29T10:07:00Z", f"poller:{scope.job}")
         # B is the next minute's tick: a new tick lock, the same (expired) poller lease
-        newer = replicas.start(Invocation("payment_watcher", env,
-                                          scheduled_event("payment_watcher", "2026-11-29T10:08:00Z")),
+        newer = replicas.start(scope.invocation("payment_watcher",
+                                                scheduled_event("payment_watcher", "2026-11-29T10:08:00Z"),
+                                                **payments_env),
                                name="newer", pause_at="payments.before_apply")
         wait_until_stopped(newer)
 

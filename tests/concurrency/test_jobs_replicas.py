@@ -14,7 +14,7 @@ import pytest
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import JobScope, drain_queue, sent_emails
-from tests.support.jobs_workers import Invocation, Replicas, scheduled_event
+from tests.support.jobs_workers import Replicas, scheduled_event
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
 pytestmark = pytest.mark.concurrency
@@ -38,8 +38,8 @@ def test_overdue_invoices_once(job_scope: JobScope, replicas: Replicas, jobs_db:
         data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z")
         data.add_invoice(conn, job_scope.tenant, due_at="2026-11-20T00:00:00Z", status="paid")
 
-    records = replicas.run_together(Invocation("overdue_invoices", job_scope.env,
-                                               scheduled_event("overdue_invoices", TICK)), REPLICAS)
+    records = replicas.run_together(
+        job_scope.invocation("overdue_invoices", scheduled_event("overdue_invoices", TICK)), REPLICAS)
 
     assert one_ran(records)["result"] == {"transitioned": 3}
     with data.connect(jobs_db) as conn:
@@ -55,8 +55,8 @@ def test_notifications_sent_once(job_scope: JobScope, replicas: Replicas, jobs_d
     with data.connect(jobs_db) as conn:
         keys = [data.add_notification(conn, job_scope.tenant) for _ in range(3)]
 
-    records = replicas.run_together(Invocation("notifications", job_scope.env,
-                                               scheduled_event("notifications", TICK)), REPLICAS)
+    records = replicas.run_together(
+        job_scope.invocation("notifications", scheduled_event("notifications", TICK)), REPLICAS)
 
     assert one_ran(records)["result"]["sent"] == 3
     emails = sent_emails(f"@{job_scope.tenant}.test")
@@ -73,8 +73,8 @@ def test_recurring_billing_generates_once(job_scope: JobScope, replicas: Replica
     with data.connect(jobs_db) as conn:
         schedule = data.add_schedule(conn, job_scope.tenant, cadence="daily", anchor=tick_day - timedelta(days=2))
 
-    records = replicas.run_together(Invocation("recurring_billing", job_scope.env,
-                                               scheduled_event("recurring_billing", TICK)), REPLICAS)
+    records = replicas.run_together(
+        job_scope.invocation("recurring_billing", scheduled_event("recurring_billing", TICK)), REPLICAS)
 
     assert one_ran(records)["result"] == {"generated": 3}
     with data.connect(jobs_db) as conn:
@@ -92,10 +92,9 @@ def test_payment_watcher_applies_once(job_scope: JobScope, replicas: Replicas, j
         webhook = data.add_subscription(conn)
     hashes = [fake_payments.add(memo=i, amount="25.00")["transaction_hash"] for i in invoices]
     fake_payments.add(memo="no-such-invoice", amount="1.00")
-    env = job_scope.with_env(PAYMENTS_API_URL=fake_payments.url, WEBHOOK_QUEUE_URL=sqs_queue)
-
-    records = replicas.run_together(Invocation("payment_watcher", env,
-                                               scheduled_event("payment_watcher", TICK)), REPLICAS)
+    records = replicas.run_together(job_scope.invocation(
+        "payment_watcher", scheduled_event("payment_watcher", TICK), PAYMENTS_API_URL=fake_payments.url,
+        WEBHOOK_QUEUE_URL=sqs_queue), REPLICAS)
 
     result = one_ran(records)["result"]
     assert (result["payments_applied"], result["invoices_paid"]) == (3, 2)

@@ -16,6 +16,7 @@ import onceonly
 from onceonly_cli.fake_payments import FakePayments
 from onceonly_cli.receiver import WebhookReceiver
 from onceonly_cli.template import find_function, function_ids, load_template
+from tests.support.scratch import scratch_database
 
 from .cli_support import REPO_ROOT, run_cli
 
@@ -67,7 +68,6 @@ def test_invoke_runs_every_template_function_with_its_sample_event(
             "AWS_ENDPOINT_URL_SES": moto_endpoint, "AWS_ENDPOINT_URL_SQS": moto_endpoint,
             "SES_FROM_ADDRESS": "billing@example.com", "WEBHOOK_QUEUE_URL": queue_url,
             "PAYMENTS_API_URL": payments.url, "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
-            "BILLING_TENANT_SCOPE": f"t-{secrets.token_hex(3)}",
         }}))
         result = run_cli("invoke", logical_id, "--event", str(event), "--env-vars", str(env_vars),
                          "--database", fresh_database, timeout=120)
@@ -77,6 +77,20 @@ def test_invoke_runs_every_template_function_with_its_sample_event(
     if logical_id == "WebhookDispatchFunction":
         assert response == {"batchItemFailures": []}
         assert sum(receiver.successes().values()) >= 1  # a signed request reached the receiver
+
+
+def test_a_failing_scheduled_run_emits_ticks_failed(postgres_server_url: str, redis_url: str) -> None:
+    """Lambda retries the failed invocation; the metric shows each failed try
+    (the alarm on exhausted retries sits on the on-failure destination)."""
+    with scratch_database(postgres_server_url, "onceonly_unmigrated") as unmigrated:
+        # no migrations: the job's first statement fails (job_ticks does not exist)
+        result = run_cli("invoke", "OverdueInvoicesFunction", "--event", str(REPO_ROOT / "events" /
+                         "overdue_invoices.json"), "--database", unmigrated, "--store", redis_url, "--no-setup",
+                         timeout=120)
+    assert result.returncode != 0 and "UndefinedTable" in result.stderr, result.stderr[-3000:]
+    emitted = [json.loads(line) for line in result.stderr.splitlines() if line.startswith('{"_aws"')]
+    counts = {name: blob[name] for blob in emitted for name in blob if name.startswith("ticks_")}
+    assert counts == {"ticks_failed": [1.0]}, emitted
 
 
 def _seed_dead_delivery_tick_and_poller(url: str) -> tuple[str, str, str]:

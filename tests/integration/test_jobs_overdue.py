@@ -10,7 +10,7 @@ from onceonly_app.billing import overdue
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import make_scope
 from tests.support.jobs_inprocess import run_tick
-from tests.support.jobs_workers import Invocation, Replicas, scheduled_event
+from tests.support.jobs_workers import Replicas, scheduled_event
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
 
@@ -73,7 +73,7 @@ def test_real_handler_skips_a_duplicate_tick_and_refuses_a_malformed_event(
     for name, event in (("first", scheduled_event("overdue_invoices", tick, "delivery-1")),
                         ("duplicate", scheduled_event("overdue_invoices", tick, "delivery-2")),
                         ("malformed", not_scheduled)):
-        replicas.join(replicas.start(Invocation("overdue_invoices", scope.env, event), name=name))
+        replicas.join(replicas.start(scope.invocation("overdue_invoices", event), name=name))
 
     assert replicas.record("first")["outcome"]["result"] == {"transitioned": 1}
     assert replicas.record("duplicate")["outcome"] == {"job": scope.job, "tick": tick, "status": "skipped",

@@ -60,8 +60,10 @@ def test_sam_build(tmp_path: Path) -> None:
     assert (layer / "onceonly" / "__init__.py").exists()
     assert (layer / "onceonly" / "stores" / "postgres.sql").exists()
     assert (layer / "psycopg").is_dir() and (layer / "redis").is_dir()
-    # the local tooling never ships in the layer
+    # the local tooling never ships in the layer, nor do the tests' pause hooks
     assert not (layer / "onceonly_cli").exists() and not (layer / "rich").exists()
+    ours = [*layer.joinpath("onceonly").rglob("*.py"), *layer.joinpath("onceonly_app").rglob("*.py")]
+    assert ours and not [p for p in ours if "signal.SIGSTOP" in p.read_text(encoding="utf-8")]
 
 
 def test_layer_is_python313_and_every_function_uses_it() -> None:
@@ -75,3 +77,22 @@ def test_layer_is_python313_and_every_function_uses_it() -> None:
         code = REPO / function["Properties"]["CodeUri"]
         module = function["Properties"]["Handler"].rsplit(".", 1)[0]
         assert (code / f"{module}.py").exists(), f"{code} has no {module}.py"
+
+
+LAMBDA_FIRST_RETRY_SECONDS = 60  # Lambda retries a failed asynchronous invocation about a minute later
+
+
+def test_a_dead_scheduled_runs_tick_is_free_before_lambdas_retry() -> None:
+    """A crashed run stops renewing its tick, so the lease must run out well
+    before Lambda's retry of that invocation arrives; the heartbeat (default a
+    third of the lease) keeps a live run's tick however long the run takes."""
+    resources = _template()["Resources"].values()
+    scheduled = [r["Properties"] for r in resources if r["Type"] == "AWS::Serverless::Function"
+                 and "TICK_LEASE_SECONDS" in r["Properties"].get("Environment", {}).get("Variables", {})]
+    assert len(scheduled) == 4  # the billing jobs under the cron guard
+    for function in scheduled:
+        env = function["Environment"]["Variables"]
+        lease = float(env["TICK_LEASE_SECONDS"])
+        heartbeat = float(env.get("TICK_HEARTBEAT_SECONDS", lease / 3))
+        assert lease <= LAMBDA_FIRST_RETRY_SECONDS / 2, (function["CodeUri"], lease)
+        assert heartbeat < lease / 2, (function["CodeUri"], heartbeat)

@@ -81,6 +81,16 @@ def invoice_effects(conn: psycopg.Connection[Any], tenant: str) -> dict[str, Any
     }
 
 
+def generated_invoices(db_url: str, tenant: str, schedule_id: str) -> dict[str, Any]:
+    """What recurring billing recorded: the schedule's period keys, and the
+    tenant's activity events and e-mails."""
+    with connect(db_url) as conn:
+        periods = rows(conn, "SELECT period_key FROM invoices WHERE schedule_id = %s ORDER BY 1", schedule_id)
+        effects = invoice_effects(conn, tenant)
+    return {"periods": [p["period_key"] for p in periods], "activity": effects["activity"],
+            "notifications": effects["notifications"]}
+
+
 def notification_rows(conn: psycopg.Connection[Any], tenant: str) -> list[dict[str, Any]]:
     return rows(conn, "SELECT n.notification_key, n.recipient, n.status, n.attempts, n.last_error,"
                       "       (SELECT count(*) FROM notification_attempts a WHERE a.notification_id = n.id)"

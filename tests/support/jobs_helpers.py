@@ -10,6 +10,8 @@ from typing import Any
 
 import boto3
 
+from .jobs_workers import Invocation
+
 MOTO_ACCOUNT = "123456789012"
 REGION = "us-east-1"
 
@@ -21,7 +23,9 @@ def aws_client(service: str, endpoint: str) -> Any:
 @dataclass(frozen=True)
 class JobScope:
     """One test's slice of the shared world: its tenant, its job name (the tick
-    locks and the payment cursor are keyed by it) and the child environment."""
+    locks and the payment cursor are keyed by it) and the child environment.
+    The handler never sees the first two as settings: the child applies them
+    with onceonly_cli.job_scope, as `onceonly simulate` does."""
 
     tenant: str
     job: str
@@ -30,6 +34,10 @@ class JobScope:
     def with_env(self, **extra: str) -> dict[str, str]:
         return {**self.env, **extra}
 
+    def invocation(self, function: str, event: dict[str, Any], **extra_env: str) -> Invocation:
+        """``function``'s handler on ``event``, in this scope, with ``extra_env`` set."""
+        return Invocation(function, self.with_env(**extra_env), event, job=self.job, tenant=self.tenant)
+
 
 def make_scope(db_url: str, store_url: str, moto_endpoint: str, sender: str, unique: str) -> JobScope:
     tenant = f"tenant-{unique}"
@@ -37,8 +45,6 @@ def make_scope(db_url: str, store_url: str, moto_endpoint: str, sender: str, uni
     env = {
         "DATABASE_URL": db_url,
         "ONCEONLY_STORE_URL": store_url,
-        "JOB_NAME": job,
-        "BILLING_TENANT_SCOPE": tenant,
         "TICK_LEASE_SECONDS": "60",
         "POLLER_LEASE_SECONDS": "60",
         "SES_FROM_ADDRESS": sender,

@@ -1,13 +1,14 @@
 """Run the REAL scheduled-job handlers in separate OS processes (spawned: no
 inherited sockets or pool threads), the way replicas of a Lambda function run.
 
-Each child sets its environment, loads ``functions/<name>/app.py`` with the
-local Lambda runtime, waits on the shared barrier (if any) and invokes the
+Each child sets its environment, scopes the billing jobs to the test's tenant
+and job name (onceonly_cli.job_scope), loads ``functions/<name>/app.py`` with
+the local Lambda runtime, waits on the shared barrier (if any) and invokes the
 handler once. What it returned, or raised, goes to its own JSON-lines file:
 the test reads those and the database afterwards.
 
 Pausing: a child started with ``pause_at`` stops itself (SIGSTOP) at that named
-point of the job (onceonly_app.billing.testhooks); :func:`wait_until_stopped` waits for it.
+point of the job (tests/support/pause_points.py); :func:`wait_until_stopped` waits for it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class Invocation:
     function: str  # folder under functions/
     env: dict[str, str]
     event: dict[str, Any]
+    job: str | None = None  # the job name the handler runs under (default: its own)
+    tenant: str | None = None  # the only tenant the job works on (default: all)
 
 
 def scheduled_event(function: str, when: str, event_id: str | None = None) -> dict[str, Any]:
@@ -46,10 +49,14 @@ def invoke_in_child(n: int, barrier: Any, history_path: Path, invocation: Invoca
                     pause_at: str | None) -> None:
     """The child's body (module-level so that spawn can import it)."""
     os.environ.update(invocation.env)
-    if pause_at:
-        os.environ["BILLING_PAUSE_AT"] = pause_at
+    from onceonly_cli.job_scope import scope_billing_jobs
     from onceonly_cli.lambda_runtime import LambdaContext, load_handler
 
+    scope_billing_jobs(tenant=invocation.tenant, job=invocation.job)
+    if pause_at:
+        from tests.support.pause_points import install
+
+        install(pause_at)
     handler = load_handler(REPO / "functions" / invocation.function, "app.handler")
     if barrier is not None:
         barrier.wait(timeout=120)

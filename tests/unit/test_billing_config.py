@@ -2,28 +2,41 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 import onceonly
 from onceonly_app.billing.config import JobSettings, NotificationSettings, PaymentWatcherSettings
 from onceonly_app.billing.notifications import retry_delay
-from onceonly_app.billing.testhooks import PAUSE_ENV, pause_point
 
 
 def test_job_settings_defaults_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("JOB_NAME", "TICK_LEASE_SECONDS", "TICK_KEEP_SECONDS", "BILLING_TENANT_SCOPE"):
+    for name in ("TICK_LEASE_SECONDS", "TICK_HEARTBEAT_SECONDS", "TICK_KEEP_SECONDS"):
         monkeypatch.delenv(name, raising=False)
-    assert JobSettings.from_env("overdue-invoices") == JobSettings("overdue-invoices", 300.0, 604800.0, None)
-    monkeypatch.setenv("JOB_NAME", "j")
-    monkeypatch.setenv("TICK_LEASE_SECONDS", "2.5")
+    # a short lease, renewed three times per ttl: free again long before Lambda's retry (~60 s)
+    assert JobSettings.from_env("overdue-invoices") == JobSettings("overdue-invoices", 30.0, 10.0, 604800.0)
+    monkeypatch.setenv("TICK_LEASE_SECONDS", "3")
+    assert JobSettings.from_env("x") == JobSettings("x", 3.0, 1.0, 604800.0)
+    monkeypatch.setenv("TICK_HEARTBEAT_SECONDS", "0.5")
+    monkeypatch.setenv("TICK_KEEP_SECONDS", "60")
+    assert JobSettings.from_env("x") == JobSettings("x", 3.0, 0.5, 60.0)
+
+
+def test_test_only_knobs_are_gone_from_the_deployed_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once honoured, they changed lock keys and the tenant scope in production if set.
+    monkeypatch.setenv("JOB_NAME", "renamed")
     monkeypatch.setenv("BILLING_TENANT_SCOPE", "t1")
-    assert JobSettings.from_env("x") == JobSettings("j", 2.5, 604800.0, "t1")
+    settings = JobSettings.from_env("overdue-invoices")
+    assert settings.job == "overdue-invoices" and not hasattr(settings, "tenant")
 
 
+@pytest.mark.parametrize("name", ["TICK_LEASE_SECONDS", "TICK_HEARTBEAT_SECONDS"])
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "nan"])
-def test_bad_seconds_are_config_errors(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.setenv("TICK_LEASE_SECONDS", value)
-    with pytest.raises(onceonly.ConfigError, match="TICK_LEASE_SECONDS"):
+def test_bad_seconds_are_config_errors(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(onceonly.ConfigError, match=name):
         JobSettings.from_env("x")
 
 
@@ -45,8 +58,12 @@ def test_retry_delay_follows_the_schedule_with_jitter() -> None:
         assert len(set(delays)) > 1
 
 
-def test_pause_point_is_inert_unless_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(PAUSE_ENV, "another.point")
-    pause_point("overdue.before_transitions")  # would stop this process if it matched
-    monkeypatch.delenv(PAUSE_ENV)
-    pause_point("overdue.before_transitions")
+
+def test_every_setting_the_jobs_read_is_documented() -> None:
+    """Deployed code keeps only operator settings, and each one is in the docs."""
+    root = Path(__file__).resolve().parents[2]
+    source = (root / "shared" / "onceonly_app" / "billing" / "config.py").read_text(encoding="utf-8")
+    read = set(re.findall(r'_(?:seconds|count|required)\("([A-Z_]+)"', source))
+    assert {"TICK_LEASE_SECONDS", "TICK_HEARTBEAT_SECONDS", "SES_FROM_ADDRESS"} <= read
+    docs = (root / "docs" / "scheduled-jobs.md").read_text(encoding="utf-8")
+    assert sorted(name for name in read if f"`{name}`" not in docs) == []

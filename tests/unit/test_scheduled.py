@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,13 +113,21 @@ def test_crashed_run_is_taken_over_after_its_lease_expires(store: onceonly.Store
     assert [t.token for t in body.ticks] == [crashed.token + 1]
 
 
+def take_over(tick: onceonly.Tick) -> onceonly.Lease:
+    """A newer run takes the tick from under ``tick``, as after this run was
+    paused past its lease (here: the record is released behind its back)."""
+    assert tick.store.release(tick.lease)
+    newer = tick.store.acquire(tick.lock_name, ttl=30)
+    assert newer is not None and newer.token == tick.token + 1
+    return newer
+
+
 def test_lost_lease_means_superseded_not_error(store: onceonly.Store, unique: str) -> None:
     def body(event: Any, context: Any, tick: onceonly.Tick) -> None:
-        time.sleep(0.7)  # past the 0.4 s lease: another run takes the tick
-        assert tick.store.acquire(tick.lock_name, ttl=30) is not None
+        take_over(tick)
         tick.renew()  # raises LeaseLostError
 
-    handler = onceonly.scheduled(store, job=unique, ttl=0.4)(body)
+    handler = onceonly.scheduled(store, job=unique, ttl=30)(body)
     outcome = handler(event_at("2026-11-29T02:00:00Z"), None)
     assert outcome["status"] == "superseded" and outcome["token"] == 1
 
@@ -144,6 +154,87 @@ def test_renew_keeps_the_tick_past_its_first_ttl(store: onceonly.Store, unique: 
     handler = onceonly.scheduled(store, job=unique, ttl=0.4)(body)
     assert handler(event_at("2026-11-29T02:00:00Z"), None)["status"] == "ran"
     assert seen[0]["reason"] == "running"
+
+
+def heartbeat_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("onceonly-heartbeat:")]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        time.sleep(0.02)
+
+
+def test_heartbeat_keeps_a_running_tick_past_its_ttl(store: onceonly.Store, unique: str) -> None:
+    """The body never renews; the heartbeat does, so a duplicate arriving long
+    after the first lease would have run out is still skipped as running."""
+    seen: list[dict[str, Any]] = []
+
+    def body(event: Any, context: Any, tick: onceonly.Tick) -> None:
+        first_expiry = tick.lease.expires_at
+        time.sleep(2.5 * 1.0)  # 2.5 ttls: without renewals the lease ran out twice over
+        state = tick.store.inspect(tick.lock_name)
+        assert state is not None and state.busy_until > first_expiry + 1.0
+        seen.append(handler(event_at(event["time"], "late-duplicate"), None))
+
+    handler = onceonly.scheduled(store, job=unique, ttl=1.0, heartbeat=0.1)(body)
+    outcome = handler(event_at("2026-11-29T02:00:00Z"), None)
+
+    assert outcome["status"] == "ran" and outcome["token"] == 1
+    assert [d.get("reason") for d in seen] == ["running"]
+    assert heartbeat_threads() == []  # stopped with the body
+
+
+def test_heartbeat_stops_when_the_body_fails(store: onceonly.Store, unique: str) -> None:
+    metrics = CountingMetrics()
+
+    def body(event: Any, context: Any, tick: onceonly.Tick) -> None:
+        assert [t.name for t in heartbeat_threads()] == [f"onceonly-heartbeat:{tick.lock_name}"]
+        raise RuntimeError("database down")
+
+    handler = onceonly.scheduled(store, job=unique, ttl=30, metrics=metrics)(body)
+    with pytest.raises(RuntimeError, match="database down"):
+        handler(event_at("2026-11-29T02:00:00Z"), None)
+    assert heartbeat_threads() == []
+    assert metrics.names == ["ticks_failed"]
+    state = store.inspect(tick_lock_name(unique, scheduled_time_of(event_at("2026-11-29T02:00:00Z"))))
+    assert state is not None and not state.completed and state.busy_until <= time.time()  # released
+
+
+def test_heartbeat_that_finds_the_tick_taken_over_stops_and_the_run_is_superseded(
+        store: onceonly.Store, unique: str) -> None:
+    metrics = CountingMetrics()
+    newer: list[onceonly.Lease] = []
+
+    def body(event: Any, context: Any, tick: onceonly.Tick) -> str:
+        newer.append(take_over(tick))
+        wait_for(lambda: tick.lost, "the heartbeat noticed the takeover")
+        wait_for(lambda: heartbeat_threads() == [], "the heartbeat stopped renewing")
+        with pytest.raises(onceonly.LeaseLostError):
+            tick.renew()  # the body learns it too, without asking the store again
+        return "stale work"
+
+    handler = onceonly.scheduled(store, job=unique, ttl=0.6, heartbeat=0.05, metrics=metrics)(body)
+    outcome = handler(event_at("2026-11-29T02:00:00Z"), None)
+
+    assert outcome["status"] == "superseded" and outcome["token"] == 1
+    assert metrics.names == ["ticks_superseded"]
+    state = store.inspect(newer[0].name)
+    assert state is not None and state.token == 2 and state.owner == newer[0].owner and not state.completed
+
+
+def test_an_unreachable_store_counts_a_failed_tick() -> None:
+    metrics = CountingMetrics()
+
+    def unreachable() -> onceonly.Store:
+        raise onceonly.StoreUnavailableError("connection refused")
+
+    handler = onceonly.scheduled(unreachable, job="j", metrics=metrics)(Recorder())
+    with pytest.raises(onceonly.StoreUnavailableError):
+        handler(event_at("2026-11-29T02:00:00Z"), None)
+    assert metrics.names == ["ticks_failed"]  # Lambda retries it; the count shows each try
 
 
 def test_store_factory_is_called_lazily(store: onceonly.Store, unique: str) -> None:
@@ -186,7 +277,8 @@ def test_non_object_event_is_a_clear_error() -> None:
 
 
 @pytest.mark.parametrize("options", [{"job": ""}, {"job": "two words"}, {"job": "j", "ttl": 0},
-                                     {"job": "j", "keep": -1}])
+                                     {"job": "j", "keep": -1}, {"job": "j", "heartbeat": 0},
+                                     {"job": "j", "ttl": 30, "heartbeat": 15}])
 def test_bad_options_fail_at_decoration(options: dict[str, Any]) -> None:
     with pytest.raises(onceonly.ConfigError):
         onceonly.scheduled(lambda: None, **options)  # type: ignore[arg-type]

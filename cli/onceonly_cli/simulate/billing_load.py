@@ -2,7 +2,8 @@
 recurring schedules, the ticks each job gets, and afterwards the effects
 counted in the database against what exactly one run per tick must produce.
 
-Everything is scoped to the run's tenant (BILLING_TENANT_SCOPE) and the ticks
+Everything is scoped to the run's tenant (TENANT_VAR: each replica applies it
+with onceonly_cli.job_scope before loading the handlers) and the ticks
 sit on dates of their own, so a run against a shared database or store never
 meets an earlier run's rows or tick locks."""
 
@@ -16,6 +17,7 @@ from typing import Any
 import psycopg
 
 from .loadgen import CronJob
+from .replica import TENANT_VAR
 from .report import EffectCheck
 
 OVERDUE_INVOICES = 12
@@ -79,7 +81,7 @@ class BillingLoad:
 
     def env(self) -> dict[str, str]:
         return {
-            "BILLING_TENANT_SCOPE": self.tenant,
+            TENANT_VAR: self.tenant,
             "TICK_LEASE_SECONDS": "2",  # a crashed run's tick is taken over this soon
             "NOTIFICATION_CLAIM_SECONDS": "1.5",  # must run out before the tick's takeover
             "SES_FROM_ADDRESS": SES_FROM,

@@ -1,5 +1,7 @@
-"""Settings of the billing jobs, read from environment variables so that tests
-and `onceonly simulate` can shorten leases and scope a run to one tenant."""
+"""Settings of the billing jobs, read from environment variables (the template
+sets them; each one is documented in docs/scheduled-jobs.md). Only what an
+operator tunes lives here: the job names are fixed by the code, and every run
+works on every tenant."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from dataclasses import dataclass
 
 from onceonly import check_seconds
 from onceonly.errors import ConfigError
+from onceonly.scheduled import DEFAULT_KEEP, DEFAULT_TTL, HEARTBEATS_PER_TTL
 
 
 def _seconds(name: str, default: float) -> float:
@@ -40,21 +43,21 @@ def _required(name: str) -> str:
 @dataclass(frozen=True)
 class JobSettings:
     """What every scheduled job reads: its name (the tick lock's prefix), the
-    tick lease and retention, and an optional tenant scope."""
+    tick lease, how often its heartbeat renews it, and how long a completed
+    tick is remembered."""
 
     job: str
     tick_ttl: float
+    tick_heartbeat: float
     tick_keep: float
-    tenant: str | None  # None: every tenant (production); a tenant id: that one only
 
     @classmethod
-    def from_env(cls, default_job: str) -> JobSettings:
-        return cls(
-            job=os.environ.get("JOB_NAME") or default_job,
-            tick_ttl=_seconds("TICK_LEASE_SECONDS", 300.0),
-            tick_keep=_seconds("TICK_KEEP_SECONDS", 7 * 86400.0),
-            tenant=os.environ.get("BILLING_TENANT_SCOPE") or None,
-        )
+    def from_env(cls, job: str) -> JobSettings:
+        ttl = _seconds("TICK_LEASE_SECONDS", DEFAULT_TTL)
+        # onceonly.scheduled checks it against the ttl when the handler is built
+        heartbeat = _seconds("TICK_HEARTBEAT_SECONDS", ttl / HEARTBEATS_PER_TTL)
+        return cls(job=job, tick_ttl=ttl, tick_heartbeat=heartbeat,
+                   tick_keep=_seconds("TICK_KEEP_SECONDS", DEFAULT_KEEP))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from onceonly.stores.sqlfile import load_queries
 
 from .config import NotificationSettings
 from .ses import SendError
-from .testhooks import pause_point
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 DEADLINE_MARGIN = 10.0  # seconds of invocation time kept for recording outcomes
@@ -66,7 +65,6 @@ def run(pool: ConnectionPool, tick: Tick, sender: Sender, settings: Notification
                                                 "claim_ttl": settings.claim_ttl}).fetchall()
         if not claims:
             break
-        pause_point("notifications.before_send")
         for claim in claims:
             _send_one(pool, sender, settings, claim, result, log)
         tick.renew()

@@ -15,7 +15,6 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
-from .testhooks import pause_point
 from .ticks import TickFence
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -36,7 +35,6 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
     newer run finds those invoices already moved."""
     fence = TickFence(pool, tick)
     fence.stamp()
-    pause_point("overdue.before_transitions")
     params = {"as_of": tick.scheduled_time, "tenant": tenant, "job": tick.job, "token": tick.token,
               "limit": batch_size}
     transitioned = batches = 0

@@ -27,7 +27,6 @@ from onceonly.stores.sqlfile import load_queries
 
 from . import webhook_events
 from .payments_api import Page, Payment
-from .testhooks import pause_point
 from .ticks import FencedError
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -69,7 +68,6 @@ def run(pool: ConnectionPool, tick: Tick, source: PaymentSource, sqs: Any, queue
             result = _poll(pool, tick, source, lease, poller_ttl, page_limit, max_pages)
         finally:
             store.release(lease)  # False if it was lost meanwhile: nothing to give back
-    pause_point("payments.before_publish")
     result.webhooks = asdict(webhook_events.flush(pool, sqs, queue_url, tenant=tenant, log=log))
     return result
 
@@ -85,7 +83,6 @@ def _poll(pool: ConnectionPool, tick: Tick, source: PaymentSource, lease: Lease,
     result = WatchResult(cursor=row[0])
     while result.pages < max_pages:
         page = source.page(result.cursor or "", page_limit)
-        pause_point("payments.before_apply")
         with pool.connection() as conn, conn.transaction():
             if conn.execute(SQL["hold_cursor"], fence).fetchone() is None:
                 raise FencedError(f"poller {poller}: cursor refused to token {lease.token}, a newer poller "

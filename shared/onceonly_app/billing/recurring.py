@@ -17,7 +17,6 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
-from .testhooks import pause_point
 from .ticks import TickFence
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -37,7 +36,6 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
     first: nothing is generated."""
     fence = TickFence(pool, tick)
     fence.stamp()
-    pause_point("recurring.before_generate")
     params = {"as_of": tick.scheduled_time.date(), "tenant": tenant, "max_periods": max_periods}
     with fence.transaction() as conn, conn.cursor(row_factory=dict_row) as cur:
         created = cur.execute(SQL["generate_due_invoices"], params).fetchall()
