@@ -13,7 +13,7 @@ import pytest
 
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
-from tests.support.jobs_helpers import JobScope, drain_queue, sent_emails
+from tests.support.jobs_helpers import JobScope, drain_queue, payments_env, sent_emails
 from tests.support.jobs_workers import Invocation, Replicas, scheduled_event
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
@@ -90,9 +90,10 @@ def test_payment_watcher_applies_once(job_scope: JobScope, replicas: Replicas, j
         invoices = [data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=2500)
                     for _ in range(2)]
         webhook = data.add_subscription(conn)
+        data.add_receiving_account(conn, job_scope.tenant, fake_payments.receiver)
     hashes = [fake_payments.add(memo=i, amount="25.00")["transaction_hash"] for i in invoices]
     fake_payments.add(memo="no-such-invoice", amount="1.00")
-    env = job_scope.with_env(PAYMENTS_API_URL=fake_payments.url, WEBHOOK_QUEUE_URL=sqs_queue)
+    env = job_scope.with_env(**payments_env(fake_payments, sqs_queue))
 
     records = replicas.run_together(Invocation("payment_watcher", env,
                                                scheduled_event("payment_watcher", TICK)), REPLICAS)

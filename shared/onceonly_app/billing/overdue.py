@@ -1,7 +1,7 @@
-"""The overdue-invoices job: open invoices past due at the tick's scheduled time
-move to `overdue`, each with one status-history row, one activity event and one
-e-mail in the outbox, all in the transition's transaction and fenced by the
-tick's token."""
+"""The overdue-invoices job: open invoices whose due day ended (in the tenant's
+time zone) before the tick's scheduled time move to `overdue`, each with one
+status-history row, one activity event and one e-mail in the outbox, all in
+the transition's transaction and fenced by the tick's token."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
+from .budget import Budget, RunOutOfTimeError
 from .testhooks import pause_point
 from .ticks import TickFence
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 BATCH_SIZE = 500
+BATCH_SECONDS = 10.0  # kept free for one more batch: a statement and its commit
 
 
 @dataclass(frozen=True)
@@ -28,12 +30,14 @@ class OverdueResult:
     batches: int
 
 
-def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
-        batch_size: int = BATCH_SIZE) -> OverdueResult:
-    """Transition every open invoice due before the tick's time. Raises
-    FencedError (a LeaseLostError) if a newer run of the tick took over: the
-    batch in progress is rolled back; batches committed earlier stand, and the
-    newer run finds those invoices already moved."""
+def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, batch_size: int = BATCH_SIZE,
+        budget: Budget | None = None) -> OverdueResult:
+    """Transition every open invoice whose due day ended before the tick's time.
+    Raises FencedError (a LeaseLostError) if a newer run of the tick took over:
+    the batch in progress is rolled back; batches committed earlier stand, and
+    the newer run finds those invoices already moved. Raises RunOutOfTimeError
+    when the budget runs low with batches left: the retry of the tick goes on."""
+    budget = budget or Budget.unlimited()
     fence = TickFence(pool, tick)
     fence.stamp()
     pause_point("overdue.before_transitions")
@@ -48,6 +52,8 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
         batches += 1
         if len(moved) < batch_size:
             break
+        if not budget.allows(BATCH_SECONDS):
+            raise RunOutOfTimeError(f"{tick.job}: stopped near the deadline after {transitioned} invoices")
         tick.renew()
     fence.finish({"transitioned": transitioned})
     return OverdueResult(transitioned=transitioned, batches=batches)

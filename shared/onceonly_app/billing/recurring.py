@@ -1,7 +1,13 @@
 """The recurring-billing job: one invoice per schedule and period, including
-every period a schedule missed (catch-up), never one per run. Idempotent by the
-unique (schedule_id, period_key), so it needs no fence: a second generation,
-concurrent or later, inserts nothing."""
+every period a schedule missed (catch-up), never one per run, and none for a
+period that started while the schedule was paused.
+
+The work goes in bounded batches (``schedules`` schedules, ``max_periods``
+periods each), each one transaction fenced by the tick's token: a long
+catch-up commits as it goes, a run near its deadline stops between batches
+(RunOutOfTimeError: the tick's retry continues from the high-water marks), and
+a run paused past its lease commits nothing once a newer run stamped. The
+unique (schedule_id, period_key) keeps a second generation a no-op."""
 
 from __future__ import annotations
 
@@ -15,24 +21,46 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
+from .budget import Budget, RunOutOfTimeError
 from .testhooks import pause_point
+from .ticks import TickFence
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
-MAX_PERIODS_PER_RUN = 366  # per schedule; a longer gap is caught up over the next ticks
+SCHEDULES_PER_BATCH = 200
+PERIODS_PER_BATCH = 31  # per schedule; a longer gap continues in the next batch
+BATCH_SECONDS = 10.0  # kept free for one more batch: a statement and its commit
 
 
 @dataclass(frozen=True)
 class RecurringResult:
     generated: int
+    batches: int
 
 
-def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
-        max_periods: int = MAX_PERIODS_PER_RUN) -> RecurringResult:
+def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, schedules: int = SCHEDULES_PER_BATCH,
+        max_periods: int = PERIODS_PER_BATCH, budget: Budget | None = None) -> RecurringResult:
     """Generate the invoices of every period that started on or before the
-    tick's day (UTC), with their activity events and e-mails, in one transaction."""
+    tick's day (UTC), with their activity events and e-mails. Raises
+    FencedError if a newer run of the tick stamped, RunOutOfTimeError if the
+    budget ran low with periods still due."""
+    budget = budget or Budget.unlimited()
+    fence = TickFence(pool, tick)
+    fence.stamp()
     pause_point("recurring.before_generate")
-    params = {"as_of": tick.scheduled_time.date(), "tenant": tenant, "max_periods": max_periods}
-    with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        created = cur.execute(SQL["generate_due_invoices"], params).fetchall()
-        outbox.enqueue(conn, [outbox.new_invoice_email(row) for row in created])
-    return RecurringResult(generated=len(created))
+    params = {"as_of": tick.scheduled_time.date(), "tenant": tenant, "schedules": schedules,
+              "max_periods": max_periods}
+    generated = batches = 0
+    while True:
+        with fence.transaction() as conn, conn.cursor(row_factory=dict_row) as cur:
+            created = cur.execute(SQL["generate_batch"], params).fetchall()
+            outbox.enqueue(conn, [outbox.new_invoice_email(row) for row in created])
+            more = cur.execute(SQL["any_due"], params).fetchone() is not None
+        generated += len(created)
+        batches += 1
+        if not more:
+            break
+        if not budget.allows(BATCH_SECONDS):
+            raise RunOutOfTimeError(f"{tick.job}: stopped near the deadline after {generated} invoices")
+        tick.renew()
+    fence.finish({"generated": generated})
+    return RecurringResult(generated=generated, batches=batches)
