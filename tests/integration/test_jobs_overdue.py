@@ -10,6 +10,7 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.billing import overdue
+from onceonly_app.billing.budget import Budget, RunOutOfTimeError
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import make_scope
 from tests.support.jobs_inprocess import run_tick
@@ -148,3 +149,24 @@ def test_the_overdue_email_shows_money_in_the_currencys_minor_unit(
     with data.connect(jobs_db) as conn:
         (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
     assert f"for {shown} was due" in email["body_text"]
+
+
+def test_a_run_near_its_deadline_stops_between_batches_and_the_retry_goes_on(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        for _ in range(3):
+            data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
+    when = "2026-11-29T02:00:00Z"
+
+    with pytest.raises(RunOutOfTimeError):
+        run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant, batch_size=2,
+                                                               budget=Budget(lambda: 1.0)))
+    with data.connect(jobs_db) as conn:
+        assert data.invoice_effects(conn, tenant)["statuses"] == {"overdue": 2, "open": 1}  # the first batch stands
+    retry = run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant, batch_size=2))
+
+    assert retry["token"] == 2 and retry["result"].transitioned == 1
+    with data.connect(jobs_db) as conn:
+        effects = data.invoice_effects(conn, tenant)
+    assert effects["statuses"] == {"overdue": 3} and effects["notifications"] == 3

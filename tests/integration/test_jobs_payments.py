@@ -328,3 +328,18 @@ def test_a_run_without_time_for_a_page_polls_nothing_but_still_sends(
     assert statuses(jobs_db, invoice) == ["open"]
     assert [m["event_id"] for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhooks[0]] == [
         "evt_waiting"]
+
+
+def test_a_flush_without_time_for_an_sqs_call_leaves_the_outbox_for_the_next_run(
+        watcher: Watcher, pool: ConnectionPool, webhooks: tuple[str, str], moto_endpoint: str,
+        sqs_queue: str) -> None:
+    with pool.connection() as conn, conn.transaction():
+        fan_out(conn, "evt_later", "invoice.paid", watcher.tenant, {"invoice_id": "inv_z"})
+
+    result = watcher.tick(budget=Budget(lambda: 10.0))  # less than one bounded SQS call after the reserve
+    later = watcher.tick()
+
+    assert result["webhooks"] == {"sent": 0, "failed": 0, "out_of_time": True}
+    assert later["webhooks"]["sent"] == 1
+    assert [m["event_id"] for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhooks[0]] == [
+        "evt_later"]
