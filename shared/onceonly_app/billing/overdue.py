@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -15,13 +17,11 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
-from .budget import Budget, RunOutOfTimeError
-from .testhooks import pause_point
-from .ticks import TickFence
+from .budget import Budget
+from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 BATCH_SIZE = 500
-BATCH_SECONDS = 10.0  # kept free for one more batch: a statement and its commit
 
 
 @dataclass(frozen=True)
@@ -37,23 +37,15 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, batch_si
     the batch in progress is rolled back; batches committed earlier stand, and
     the newer run finds those invoices already moved. Raises RunOutOfTimeError
     when the budget runs low with batches left: the retry of the tick goes on."""
-    budget = budget or Budget.unlimited()
-    fence = TickFence(pool, tick)
-    fence.stamp()
-    pause_point("overdue.before_transitions")
     params = {"as_of": tick.scheduled_time, "tenant": tenant, "job": tick.job, "token": tick.token,
               "limit": batch_size}
-    transitioned = batches = 0
-    while True:
-        with fence.transaction() as conn, conn.cursor(row_factory=dict_row) as cur:
+
+    def batch(conn: psycopg.Connection[Any]) -> tuple[int, bool]:
+        with conn.cursor(row_factory=dict_row) as cur:
             moved = cur.execute(SQL["transition_overdue"], params).fetchall()
-            outbox.enqueue(conn, [outbox.overdue_email(row) for row in moved])
-        transitioned += len(moved)
-        batches += 1
-        if len(moved) < batch_size:
-            break
-        if not budget.allows(BATCH_SECONDS):
-            raise RunOutOfTimeError(f"{tick.job}: stopped near the deadline after {transitioned} invoices")
-        tick.renew()
-    fence.finish({"transitioned": transitioned})
-    return OverdueResult(transitioned=transitioned, batches=batches)
+        outbox.enqueue(conn, [outbox.overdue_email(row) for row in moved])
+        return len(moved), len(moved) == batch_size
+
+    done = run_fenced_batches(pool, tick, batch, budget=budget, pause_at="overdue.before_transitions",
+                              result_key="transitioned")
+    return OverdueResult(transitioned=done.done, batches=done.batches)

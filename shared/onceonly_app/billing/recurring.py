@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -21,14 +23,12 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
-from .budget import Budget, RunOutOfTimeError
-from .testhooks import pause_point
-from .ticks import TickFence
+from .budget import Budget
+from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 SCHEDULES_PER_BATCH = 200
 PERIODS_PER_BATCH = 31  # per schedule; a longer gap continues in the next batch
-BATCH_SECONDS = 10.0  # kept free for one more batch: a statement and its commit
 
 
 @dataclass(frozen=True)
@@ -43,24 +43,16 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, schedule
     tick's day (UTC), with their activity events and e-mails. Raises
     FencedError if a newer run of the tick stamped, RunOutOfTimeError if the
     budget ran low with periods still due."""
-    budget = budget or Budget.unlimited()
-    fence = TickFence(pool, tick)
-    fence.stamp()
-    pause_point("recurring.before_generate")
     params = {"as_of": tick.scheduled_time.date(), "tenant": tenant, "schedules": schedules,
               "max_periods": max_periods}
-    generated = batches = 0
-    while True:
-        with fence.transaction() as conn, conn.cursor(row_factory=dict_row) as cur:
+
+    def batch(conn: psycopg.Connection[Any]) -> tuple[int, bool]:
+        with conn.cursor(row_factory=dict_row) as cur:
             created = cur.execute(SQL["generate_batch"], params).fetchall()
             outbox.enqueue(conn, [outbox.new_invoice_email(row) for row in created])
             more = cur.execute(SQL["any_due"], params).fetchone() is not None
-        generated += len(created)
-        batches += 1
-        if not more:
-            break
-        if not budget.allows(BATCH_SECONDS):
-            raise RunOutOfTimeError(f"{tick.job}: stopped near the deadline after {generated} invoices")
-        tick.renew()
-    fence.finish({"generated": generated})
-    return RecurringResult(generated=generated, batches=batches)
+        return len(created), more
+
+    done = run_fenced_batches(pool, tick, batch, budget=budget, pause_at="recurring.before_generate",
+                              result_key="generated")
+    return RecurringResult(generated=done.done, batches=done.batches)
