@@ -100,7 +100,7 @@ def run(pool: ConnectionPool, tick: Tick, poll: Poll, sqs: Any, queue_url: str, 
     LeaseLostError (FencedError) if a newer poller took over; what this run
     committed before stands."""
     budget = budget or Budget.unlimited()
-    result = WatchResult(status="poller-busy")
+    result = WatchResult(status="poller-busy")  # what is reported if another run holds the poller lease
     try:
         lease = tick.store.acquire(poller_lease_name(tick.job), ttl=poll.poller_ttl)
         if lease is not None:
