@@ -336,10 +336,10 @@ def test_a_flush_without_time_for_an_sqs_call_leaves_the_outbox_for_the_next_run
     with pool.connection() as conn, conn.transaction():
         fan_out(conn, "evt_later", "invoice.paid", watcher.tenant, {"invoice_id": "inv_z"})
 
-    result = watcher.tick(budget=Budget(lambda: 10.0))  # less than one bounded SQS call after the reserve
-    later = watcher.tick()
+    def sent() -> list[str]:
+        return [m["event_id"] for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhooks[0]]
 
-    assert result["webhooks"] == {"sent": 0, "failed": 0, "out_of_time": True}
-    assert later["webhooks"]["sent"] == 1
-    assert [m["event_id"] for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhooks[0]] == [
-        "evt_later"]
+    result = watcher.tick(budget=Budget(lambda: 10.0))  # less than one bounded SQS call after the reserve
+    assert result["webhooks"] == {"sent": 0, "failed": 0, "out_of_time": True} and sent() == []
+    later = watcher.tick()
+    assert later["webhooks"]["sent"] >= 1 and sent() == ["evt_later"]
