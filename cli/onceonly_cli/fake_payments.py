@@ -1,22 +1,35 @@
 """A fake Horizon-style payments API on 127.0.0.1, for tests and `onceonly simulate`.
 
-``GET /payments?cursor=C&order=asc&limit=N`` answers the records whose paging
+``GET /payments?cursor=C&order=asc&limit=N`` answers the operations whose paging
 token is above ``C``, oldest first, in Horizon's shape::
 
     {"_links": {"self": {"href": …}, "next": {"href": …}},
      "_embedded": {"records": [{"id", "paging_token", "transaction_hash", "type",
-                                 "transaction_successful", "amount", "asset_code",
-                                 "memo", "created_at", …}]}}
+                                 "transaction_successful", "created_at", "memo", …}]}}
 
-Payments are added with :meth:`FakePayments.add`. Every request is recorded
-(:attr:`FakePayments.requests`) so tests can see how a poller paged.
+Like Horizon, a transaction can hold several operations; each has its own id
+(= paging token: the transaction's token plus the operation's 1-based index).
+The history of an account lists more than payments: ``create_account`` and
+``account_merge`` records, path payments (``amount`` is what the recipient got,
+``source_amount`` what the sender spent), and payments sent FROM the account.
+
+- :meth:`FakePayments.add`: one payment in a transaction of its own;
+- :meth:`FakePayments.add_transaction`: several operations, built with
+  :meth:`payment`, :meth:`path_payment`, :meth:`create_account`, :meth:`account_merge`;
+- :attr:`FakePayments.receiver` is the account payments go to by default, and
+  :attr:`FakePayments.issuer` the issuer of its assets (both random per fake);
+- :meth:`FakePayments.trickle` makes the server send its answers slowly;
+- every request is recorded (:attr:`FakePayments.requests`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import threading
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,14 +37,29 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 MAX_LIMIT = 200
-PAGING_STEP = 4096  # Horizon's paging tokens are sparse; so are ours
+PAGING_STEP = 4096  # one transaction's share of paging tokens (Horizon: 12 bits of operation index)
+
+
+def random_account() -> str:
+    """A random account id in Stellar's public-key shape (G + 55 base32 characters)."""
+    return "G" + base64.b32encode(secrets.token_bytes(35)).decode()[1:56]
+
+
+def _amount(value: str | Decimal) -> str:
+    return f"{Decimal(value):.7f}"
 
 
 class FakePayments:
-    def __init__(self) -> None:
+    def __init__(self, receiver: str | None = None, issuer: str | None = None) -> None:
+        self.receiver = receiver or random_account()
+        self.issuer = issuer or random_account()
         self._lock = threading.Lock()
         self._records: list[dict[str, Any]] = []
-        self._base = 0  # paging tokens start above this
+        self._transactions = 0
+        # Paging tokens (= operation ids) start above this: a random ledger, as
+        # operation ids are unique across the whole ledger, not per fake.
+        self._base = secrets.randbelow(1 << 24) << 32
+        self._trickle: tuple[int, float] | None = None
         self.requests: list[dict[str, str]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -43,29 +71,69 @@ class FakePayments:
         with self._lock:
             if self._records:
                 raise RuntimeError("continue_after must come before the first add")
-            self._base = int(paging_token) if paging_token.isdigit() else 0
+            if paging_token.isdigit():
+                self._base = int(paging_token)
 
-    def add(self, *, memo: str | None, amount: str | Decimal, asset_code: str = "USD",
-            transaction_hash: str | None = None, successful: bool = True) -> dict[str, Any]:
-        """Append one payment; returns its record."""
+    def _asset(self, code: str | None, issuer: str | None) -> dict[str, Any]:
+        if code is None:
+            return {"asset_type": "native"}
+        return {"asset_type": "credit_alphanum4" if len(code) <= 4 else "credit_alphanum12",
+                "asset_code": code, "asset_issuer": issuer or self.issuer}
+
+    def payment(self, amount: str | Decimal, *, asset_code: str | None = "USD", asset_issuer: str | None = None,
+                to: str | None = None, sender: str | None = None) -> dict[str, Any]:
+        """A ``payment`` operation (``asset_code=None``: the native asset)."""
+        return {"type": "payment", "from": sender or random_account(), "to": to or self.receiver,
+                **self._asset(asset_code, asset_issuer), "amount": _amount(amount)}
+
+    def path_payment(self, amount: str | Decimal, *, source_amount: str | Decimal, strict: str = "send",
+                     asset_code: str | None = "USD", asset_issuer: str | None = None,
+                     to: str | None = None) -> dict[str, Any]:
+        """A path payment: the recipient gets ``amount`` of the asset; the sender
+        spent ``source_amount`` of the native asset."""
+        bound = ({"destination_min": _amount(Decimal(amount) * Decimal("0.9"))} if strict == "send"
+                 else {"source_max": _amount(Decimal(source_amount) * Decimal("1.1"))})
+        return {"type": f"path_payment_strict_{strict}", "from": random_account(), "to": to or self.receiver,
+                **self._asset(asset_code, asset_issuer), "amount": _amount(amount),
+                "source_asset_type": "native", "source_amount": _amount(source_amount), "path": [], **bound}
+
+    def create_account(self, starting_balance: str | Decimal, *, account: str | None = None) -> dict[str, Any]:
+        return {"type": "create_account", "funder": random_account(), "account": account or self.receiver,
+                "starting_balance": _amount(starting_balance)}
+
+    def account_merge(self, *, into: str | None = None) -> dict[str, Any]:
+        return {"type": "account_merge", "account": random_account(), "into": into or self.receiver}
+
+    def add(self, *, memo: str | None, amount: str | Decimal, asset_code: str | None = "USD",
+            asset_issuer: str | None = None, to: str | None = None, transaction_hash: str | None = None,
+            successful: bool = True, created_at: datetime | None = None) -> dict[str, Any]:
+        """Append one payment in a transaction of its own; returns its record."""
+        operation = self.payment(amount, asset_code=asset_code, asset_issuer=asset_issuer, to=to)
+        (record,) = self.add_transaction([operation], memo=memo, transaction_hash=transaction_hash,
+                                         successful=successful, created_at=created_at)
+        return record
+
+    def add_transaction(self, operations: Sequence[dict[str, Any]], *, memo: str | None = None,
+                        transaction_hash: str | None = None, successful: bool = True,
+                        created_at: datetime | None = None) -> list[dict[str, Any]]:
+        """Append one transaction holding ``operations``; returns their records."""
+        when = (created_at or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        tx_hash = transaction_hash or secrets.token_hex(32)
         with self._lock:
-            token = str(self._base + (len(self._records) + 1) * PAGING_STEP)
-            record = {
-                "id": token,
-                "paging_token": token,
-                "transaction_hash": transaction_hash or secrets.token_hex(32),
-                "type": "payment",
-                "transaction_successful": successful,
-                "asset_type": "credit_alphanum4",
-                "asset_code": asset_code,
-                "amount": f"{Decimal(amount):.7f}",
-                "from": "GFAKESENDER",
-                "to": "GFAKERECEIVER",
-                "memo": memo,
-                "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            }
-            self._records.append(record)
-            return dict(record)
+            self._transactions += 1
+            first = self._base + self._transactions * PAGING_STEP
+            added = []
+            for index, operation in enumerate(operations, start=1):
+                token = str(first + index)
+                record = {"id": token, "paging_token": token, "transaction_hash": tx_hash,
+                          "transaction_successful": successful, "created_at": when, "memo": memo, **operation}
+                self._records.append(record)
+                added.append(dict(record))
+            return added
+
+    def trickle(self, chunk_bytes: int, every_seconds: float) -> None:
+        """Send every later answer ``chunk_bytes`` at a time, ``every_seconds`` apart."""
+        self._trickle = (chunk_bytes, every_seconds)
 
     def page(self, cursor: str, limit: int) -> list[dict[str, Any]]:
         after = int(cursor) if cursor else 0
@@ -134,11 +202,21 @@ class FakePayments:
         }
         return self._send(request, 200, body)
 
-    @staticmethod
-    def _send(request: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
+    def _send(self, request: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
+        trickle = self._trickle
         request.send_response(status)
         request.send_header("Content-Type", "application/hal+json")
         request.send_header("Content-Length", str(len(data)))
         request.end_headers()
-        request.wfile.write(data)
+        if trickle is None:
+            request.wfile.write(data)
+            return
+        size, pause = trickle
+        try:
+            for start in range(0, len(data), size):
+                request.wfile.write(data[start:start + size])
+                request.wfile.flush()
+                time.sleep(pause)
+        except OSError:
+            return  # the client gave up: what a trickled answer is for

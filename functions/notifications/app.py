@@ -6,13 +6,14 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.billing import notifications
+from onceonly_app.billing.aws import bounded_client
+from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import JobSettings, NotificationSettings
 from onceonly_app.billing.ses import SesNotifier
 
@@ -24,7 +25,7 @@ metrics = Metrics(service="notifications")
 
 @cache
 def ses_notifier() -> SesNotifier:
-    return SesNotifier(boto3.client("ses"), NOTIFY.sender)
+    return SesNotifier(bounded_client("ses"), NOTIFY.sender)
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -34,10 +35,11 @@ def ses_notifier() -> SesNotifier:
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
     result = notifications.run(
         db_pool(), tick, ses_notifier(), NOTIFY, log=logger,
-        seconds_left=lambda: context.get_remaining_time_in_millis() / 1000,
+        budget=Budget.of_lambda(context),
     )
     for name, value in (("notifications_sent", result.sent), ("notifications_retrying", result.retrying),
                         ("notifications_failed", result.failed + result.abandoned),
+                        ("notifications_cancelled", result.cancelled),
                         ("rows_transitioned", result.sent + result.failed + result.abandoned)):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("notifications sent", extra={**result.as_dict(), "token": tick.token})

@@ -11,6 +11,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.billing import overdue
+from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import JobSettings
 
 SETTINGS = JobSettings.from_env("overdue-invoices")
@@ -23,7 +24,7 @@ metrics = Metrics(service="overdue-invoices")
 @onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
                     heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
-    result = overdue.run(db_pool(), tick)
+    result = overdue.run(db_pool(), tick, budget=Budget.of_lambda(context))
     metrics.add_metric(name="rows_transitioned", unit=MetricUnit.Count, value=result.transitioned)
     logger.info("overdue invoices transitioned", extra={"transitioned": result.transitioned,
                                                         "batches": result.batches, "token": tick.token})

@@ -7,13 +7,14 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.billing import payment_watcher
+from onceonly_app.billing.aws import bounded_client
+from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import JobSettings, PaymentWatcherSettings
 from onceonly_app.billing.payments_api import PaymentsClient
 
@@ -24,13 +25,14 @@ metrics = Metrics(service="payment-watcher")
 
 
 @cache
-def payments_client() -> PaymentsClient:
-    return PaymentsClient(WATCH.api_url)
+def poll() -> payment_watcher.Poll:
+    return payment_watcher.Poll(PaymentsClient(WATCH.api_url), WATCH.accepted_assets, WATCH.poller_ttl,
+                                WATCH.page_limit, WATCH.max_pages)
 
 
 @cache
 def sqs_client() -> Any:
-    return boto3.client("sqs")
+    return bounded_client("sqs")
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -38,12 +40,12 @@ def sqs_client() -> Any:
 @onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
                     heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, Any]:
-    result = payment_watcher.run(
-        db_pool(), tick, payments_client(), sqs_client(), WATCH.queue_url, poller_ttl=WATCH.poller_ttl,
-        page_limit=WATCH.page_limit, max_pages=WATCH.max_pages, log=logger,
-    )
+    result = payment_watcher.run(db_pool(), tick, poll(), sqs_client(), WATCH.queue_url,
+                                 budget=Budget.of_lambda(context), log=logger)
     for name, value in (("payments_applied", result.payments_applied),
                         ("rows_transitioned", result.invoices_paid),
+                        ("payments_unmatched", result.unmatched), ("payments_partial", result.partial),
+                        ("payments_overpaid", result.overpaid), ("payments_late", result.late),
                         ("webhook_events_sent", result.webhooks.get("sent", 0))):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("payments polled", extra={**result.as_dict(), "token": tick.token})

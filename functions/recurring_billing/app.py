@@ -12,6 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.billing import recurring
+from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import JobSettings
 
 SETTINGS = JobSettings.from_env("recurring-billing")
@@ -24,7 +25,7 @@ metrics = Metrics(service="recurring-billing")
 @onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
                     heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
-    result = recurring.run(db_pool(), tick)
+    result = recurring.run(db_pool(), tick, budget=Budget.of_lambda(context))
     metrics.add_metric(name="invoices_generated", unit=MetricUnit.Count, value=result.generated)
     metrics.add_metric(name="rows_transitioned", unit=MetricUnit.Count, value=result.generated)
     logger.info("recurring invoices generated", extra={"generated": result.generated, "token": tick.token})

@@ -16,7 +16,7 @@ import pytest
 import onceonly
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
-from tests.support.jobs_helpers import JobScope, drain_queue, make_scope, sent_emails
+from tests.support.jobs_helpers import JobScope, drain_queue, make_scope, payments_env, sent_emails
 from tests.support.jobs_workers import Replicas, scheduled_event, wait_until_expired, wait_until_stopped
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
@@ -146,12 +146,13 @@ def test_payment_watcher_killed_before_sending_loses_no_webhook(
         invoices = [data.add_invoice(conn, scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=500)
                     for _ in range(2)]
         webhook = data.add_subscription(conn)
+        data.add_receiving_account(conn, scope.tenant, fake_payments.receiver)
     hashes = sorted(fake_payments.add(memo=i, amount="5")["transaction_hash"] for i in invoices)
 
     try:
         # killed after the payments committed, before their webhook events reached SQS
         outcome = kill_mid_job_then_retry(replicas, store, scope, "payment_watcher", "payments.before_publish",
-                                          PAYMENTS_API_URL=fake_payments.url, WEBHOOK_QUEUE_URL=sqs_queue)
+                                          **payments_env(fake_payments, sqs_queue))
     finally:
         with data.connect(jobs_db) as conn:
             data.disable_subscription(conn, webhook)

@@ -18,7 +18,7 @@ import pytest
 import onceonly
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
-from tests.support.jobs_helpers import drain_queue, make_scope
+from tests.support.jobs_helpers import drain_queue, make_scope, payments_env
 from tests.support.jobs_workers import Replicas, scheduled_event, wait_until_expired, wait_until_stopped
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
@@ -75,21 +75,22 @@ def test_paused_poller_cannot_commit_its_cursor(
         invoices = [data.add_invoice(conn, scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=700)
                     for _ in range(2)]
         webhook = data.add_subscription(conn)
+        data.add_receiving_account(conn, scope.tenant, fake_payments.receiver)
     records = [fake_payments.add(memo=i, amount="7") for i in invoices]
-    payments_env = {"PAYMENTS_API_URL": fake_payments.url, "WEBHOOK_QUEUE_URL": sqs_queue}
+    pay_env = payments_env(fake_payments, sqs_queue)
 
     try:
         # A polls for the 10:07 tick and stops after fetching the page, holding the poller lease
         paused = replicas.start(scope.invocation("payment_watcher",
                                                  scheduled_event("payment_watcher", "2026-11-29T10:07:00Z"),
-                                                 **payments_env, **SHORT),
+                                                 **pay_env, **SHORT),
                                 name="paused", pause_at="payments.before_apply")
         wait_until_stopped(paused)
         wait_until_expired(store, f"tick:{scope.job}:2026-11-29T10:07:00Z", f"poller:{scope.job}")
         # B is the next minute's tick: a new tick lock, the same (expired) poller lease
         newer = replicas.start(scope.invocation("payment_watcher",
                                                 scheduled_event("payment_watcher", "2026-11-29T10:08:00Z"),
-                                                **payments_env),
+                                                **pay_env),
                                name="newer", pause_at="payments.before_apply")
         wait_until_stopped(newer)
 

@@ -13,7 +13,7 @@ import pytest
 
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
-from tests.support.jobs_helpers import JobScope, drain_queue, sent_emails
+from tests.support.jobs_helpers import JobScope, drain_queue, payments_env, sent_emails
 from tests.support.jobs_workers import Replicas, scheduled_event
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
@@ -90,11 +90,12 @@ def test_payment_watcher_applies_once(job_scope: JobScope, replicas: Replicas, j
         invoices = [data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=2500)
                     for _ in range(2)]
         webhook = data.add_subscription(conn)
+        data.add_receiving_account(conn, job_scope.tenant, fake_payments.receiver)
     hashes = [fake_payments.add(memo=i, amount="25.00")["transaction_hash"] for i in invoices]
     fake_payments.add(memo="no-such-invoice", amount="1.00")
-    records = replicas.run_together(job_scope.invocation(
-        "payment_watcher", scheduled_event("payment_watcher", TICK), PAYMENTS_API_URL=fake_payments.url,
-        WEBHOOK_QUEUE_URL=sqs_queue), REPLICAS)
+    invocation = job_scope.invocation("payment_watcher", scheduled_event("payment_watcher", TICK),
+                                      **payments_env(fake_payments, sqs_queue))
+    records = replicas.run_together(invocation, REPLICAS)
 
     result = one_ran(records)["result"]
     assert (result["payments_applied"], result["invoices_paid"]) == (3, 2)

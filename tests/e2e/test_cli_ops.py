@@ -68,6 +68,7 @@ def test_invoke_runs_every_template_function_with_its_sample_event(
             "AWS_ENDPOINT_URL_SES": moto_endpoint, "AWS_ENDPOINT_URL_SQS": moto_endpoint,
             "SES_FROM_ADDRESS": "billing@example.com", "WEBHOOK_QUEUE_URL": queue_url,
             "PAYMENTS_API_URL": payments.url, "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
+            "PAYMENTS_ACCEPTED_ASSETS": f"USD=USD:{payments.issuer}",
         }}))
         result = run_cli("invoke", logical_id, "--event", str(event), "--env-vars", str(env_vars),
                          "--database", fresh_database, timeout=120)

@@ -12,11 +12,14 @@ jobs' own injected parts (a fence subclass, the payments source, the sender)."""
 
 from __future__ import annotations
 
+import base64
+import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any, cast
 
 import psycopg
@@ -26,7 +29,8 @@ from psycopg_pool import ConnectionPool
 import onceonly
 from onceonly import Lease, Tick
 from onceonly.scheduled import tick_lock_name
-from onceonly_app.billing import notifications, overdue, payment_watcher, recurring
+from onceonly_app.billing import fenced_batches, notifications, overdue, payment_watcher, recurring
+from onceonly_app.billing.assets import AcceptedAssets, Asset
 from onceonly_app.billing.config import NotificationSettings
 from onceonly_app.billing.payments_api import Page, Payment
 from onceonly_app.billing.ses import SendError
@@ -115,8 +119,8 @@ class FenceSeams:
 @pytest.fixture
 def seams(monkeypatch: pytest.MonkeyPatch) -> FenceSeams:
     fence_seams = FenceSeams()
-    for job_module in (overdue, recurring):
-        monkeypatch.setattr(job_module, "TickFence", fence_seams.fence_class())
+    # overdue and recurring both stamp and commit through fenced_batches' TickFence
+    monkeypatch.setattr(fenced_batches, "TickFence", fence_seams.fence_class())
     return fence_seams
 
 
@@ -267,14 +271,20 @@ class PaymentsPages:
         self.during_page = during_page
         self.asked: list[str] = []
 
-    def page(self, cursor: str, limit: int = 200) -> Page:
+    def page(self, cursor: str, limit: int = 200, *, timeout: float | None = None) -> Page:
         self.asked.append(cursor)
         if self.during_page is not None:
             hook, self.during_page = self.during_page, None
             hook()
         start = int(cursor or 0)
         chunk = self.payments[start:start + limit]
-        return Page(chunk, chunk[-1].paging_token if chunk else cursor)
+        return Page(chunk, skipped=0, next_cursor=chunk[-1].paging_token if chunk else cursor,
+                    full=len(chunk) == limit)
+
+
+def account_id() -> str:
+    """A fresh ledger account id (G + 55 base32 characters)."""
+    return "G" + base64.b32encode(secrets.token_bytes(35)).decode()[:55]
 
 
 class StoreWithSeam:
@@ -312,10 +322,16 @@ class Pollers:
                  moto_endpoint: str, sqs_queue: str, interleave: Interleaving) -> None:
         self.db, self.job, self.tenant = db, f"poller-{unique}", f"tenant-{unique}"
         self.sqs, self.sqs_queue = aws_client("sqs", moto_endpoint), sqs_queue
+        receiver, issuer = account_id(), account_id()
+        self.accepted = AcceptedAssets.parse(f"USD=USD:{issuer}")
         with data.connect(db) as conn:
             invoices = [data.add_invoice(conn, self.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=700)
                         for _ in range(TWO_PAYMENTS)]
-        self.payments = [Payment(f"p-{unique}-{n}", str(n + 1), f"tx-{unique}-{n}", 700, "USD", invoice, None)
+            data.add_receiving_account(conn, self.tenant, receiver)
+        self.payments = [Payment(payment_id=f"p-{unique}-{n}", paging_token=str(n + 1),
+                                 transaction_hash=f"tx-{unique}-{n}", operation_type="payment", to_account=receiver,
+                                 asset=Asset("USD", issuer), amount=Decimal("7.00"), memo=invoice,
+                                 created_at=datetime(2026, 11, 29, 10, 0, tzinfo=UTC))
                          for n, invoice in enumerate(invoices)]
         self.stale_store = StoreWithSeam(store)
         self.newer_store = onceonly.connect(store_url)
@@ -326,8 +342,9 @@ class Pollers:
 
     def _poll(self, pool: ConnectionPool, store: onceonly.Store, when: str,
               source: PaymentsPages) -> payment_watcher.WatchResult:
-        return payment_watcher.run(pool, a_tick(store, self.job, when), source, self.sqs, self.sqs_queue,
-                                   poller_ttl=TTL, tenant=self.tenant)
+        poll = payment_watcher.Poll(source, self.accepted, poller_ttl=TTL)
+        return payment_watcher.run(pool, a_tick(store, self.job, when), poll, self.sqs, self.sqs_queue,
+                                   tenant=self.tenant)
 
     def poll_stale(self, pool: ConnectionPool, source: PaymentsPages) -> payment_watcher.WatchResult:
         return self._poll(pool, cast(onceonly.Store, self.stale_store), "2026-11-29T10:07:00+00:00", source)

@@ -1,12 +1,16 @@
-"""The overdue-invoices job against PostgreSQL: which invoices move, what each
-transition records, and the real handler's duplicate and malformed-event paths."""
+"""The overdue-invoices job against PostgreSQL: which invoices move (only after
+the due day ended in the tenant's time zone), what each transition records, the
+e-mail's money, and the real handler's duplicate and malformed-event paths."""
 
 from __future__ import annotations
 
+import psycopg
+import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.billing import overdue
+from onceonly_app.billing.budget import Budget, RunOutOfTimeError
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import make_scope
 from tests.support.jobs_inprocess import run_tick
@@ -83,3 +87,86 @@ def test_real_handler_skips_a_duplicate_tick_and_refuses_a_malformed_event(
     with data.connect(jobs_db) as conn:
         effects = data.invoice_effects(conn, scope.tenant)
     assert len(effects["history"]) == 1 and effects["activity"] == 1 and effects["notifications"] == 1
+
+
+def test_an_invoice_is_not_overdue_on_its_due_day(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    """Due on 15 June (00:00 UTC, a UTC tenant): the 02:00 run on the 15th
+    leaves it open, the run on the 16th moves it."""
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, tenant, due_at="2024-06-15T00:00:00Z")
+
+    def moved(when: str) -> int:
+        return run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant))["result"].transitioned
+
+    assert moved("2024-06-15T02:00:00Z") == 0
+    assert moved("2024-06-16T02:00:00Z") == 1
+    with data.connect(jobs_db) as conn:
+        (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
+    assert "was due on 2024-06-15 and is now overdue" in email["body_text"]
+
+
+@pytest.mark.parametrize(("time_zone", "due_at", "still_open_at", "overdue_at"), [
+    # due 15 June in Tokyo (UTC+9): the day ends at 15:00 UTC on the 15th
+    ("Asia/Tokyo", "2026-06-15T00:00:00+09:00", "2026-06-15T02:00:00Z", "2026-06-16T02:00:00Z"),
+    # due 15 June in Los Angeles (UTC-7): the day ends at 07:00 UTC on the 16th
+    ("America/Los_Angeles", "2026-06-15T00:00:00-07:00", "2026-06-16T02:00:00Z", "2026-06-17T02:00:00Z"),
+])
+def test_the_due_day_ends_at_midnight_in_the_tenants_time_zone(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str, time_zone: str, due_at: str,
+        still_open_at: str, overdue_at: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        data.set_time_zone(conn, tenant, time_zone)
+        invoice = data.add_invoice(conn, tenant, due_at=due_at)
+
+    def moved(when: str) -> int:
+        return run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant))["result"].transitioned
+
+    assert moved(still_open_at) == 0
+    assert moved(overdue_at) == 1
+    with data.connect(jobs_db) as conn:
+        (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
+    assert "was due on 2026-06-15" in email["body_text"]  # the due day as the tenant sees it
+
+
+def test_an_unknown_time_zone_is_refused_when_stored(jobs_db: str, unique: str) -> None:
+    with data.connect(jobs_db) as conn, pytest.raises(psycopg.errors.CheckViolation):
+        data.set_time_zone(conn, f"tenant-{unique}", "Mars/Olympus_Mons")
+
+
+@pytest.mark.parametrize(("currency", "amount_cents", "shown"), [
+    ("USD", 123456, "1,234.56 USD"), ("JPY", 1500, "1,500 JPY"), ("KWD", 12345, "12.345 KWD")])
+def test_the_overdue_email_shows_money_in_the_currencys_minor_unit(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str, currency: str,
+        amount_cents: int, shown: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z", amount_cents=amount_cents,
+                                   currency=currency)
+    run_tick(pg_store, unique, "2026-11-29T02:00:00Z", lambda t: overdue.run(pool, t, tenant=tenant))
+    with data.connect(jobs_db) as conn:
+        (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
+    assert f"for {shown} was due" in email["body_text"]
+
+
+def test_a_run_near_its_deadline_stops_between_batches_and_the_retry_goes_on(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        for _ in range(3):
+            data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
+    when = "2026-11-29T02:00:00Z"
+
+    with pytest.raises(RunOutOfTimeError):
+        run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant, batch_size=2,
+                                                               budget=Budget(lambda: 1.0)))
+    with data.connect(jobs_db) as conn:
+        assert data.invoice_effects(conn, tenant)["statuses"] == {"overdue": 2, "open": 1}  # the first batch stands
+    retry = run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant, batch_size=2))
+
+    assert retry["token"] == 2 and retry["result"].transitioned == 1
+    with data.connect(jobs_db) as conn:
+        effects = data.invoice_effects(conn, tenant)
+    assert effects["statuses"] == {"overdue": 3} and effects["notifications"] == 3

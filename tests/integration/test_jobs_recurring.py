@@ -1,14 +1,18 @@
 """The recurring-billing job against PostgreSQL: one invoice per schedule and
-period, catch-up of missed periods, and a second generation that is a no-op."""
+period, catch-up of missed periods, a second generation that is a no-op,
+paused periods skipped, cost by what is due, and bounded fenced batches."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
+from typing import Any
 
+import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.billing import recurring
+from onceonly_app.billing.budget import Budget, RunOutOfTimeError
 from tests.support import jobs_data as data
 from tests.support.jobs_inprocess import run_tick
 
@@ -57,3 +61,132 @@ def test_monthly_periods_follow_the_anchor_without_drift(
 
     assert periods(jobs_db, schedule) == ["2026-01-31", "2026-02-28", "2026-03-31"]
     assert periods(jobs_db, ended) == ["2026-03-01", "2026-03-08"]
+
+
+def test_periods_that_start_while_paused_are_skipped_not_billed_on_resume(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    """Paused from 20 January, resumed on 20 May: February to May started while
+    paused and are never billed; billing goes on with June."""
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        schedule = data.add_schedule(conn, tenant, cadence="monthly", anchor=date(2026, 1, 1))
+
+    def generate(when: str) -> int:
+        return run_tick(pg_store, unique, when, lambda t: recurring.run(pool, t, tenant=tenant))["result"].generated
+
+    assert generate("2026-01-01T00:30:00Z") == 1
+    with data.connect(jobs_db) as conn:
+        conn.execute("INSERT INTO billing_schedule_pauses (schedule_id, paused_on, resumed_on)"
+                     " VALUES (%s, '2026-01-20', '2026-05-20')", (schedule,))
+    assert generate("2026-05-20T00:30:00Z") == 0
+    assert generate("2026-06-01T00:30:00Z") == 1
+    assert periods(jobs_db, schedule) == ["2026-01-01", "2026-06-01"]
+    with data.connect(jobs_db) as conn:
+        (state,) = data.rows(conn, "SELECT next_period, next_period_start FROM billing_schedules WHERE id = %s",
+                             schedule)
+    assert (state["next_period"], state["next_period_start"]) == (6, date(2026, 7, 1))
+
+
+def test_switching_a_schedule_off_and_on_records_the_pause(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    """Pausing is `active = false`, by any client: the pause window is written
+    by the database, dated today (UTC); nothing is billed while paused, and the
+    periods inside the window are skipped after the resume."""
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        today = data.rows(conn, "SELECT (now() AT TIME ZONE 'UTC')::date AS d")[0]["d"]
+        schedule = data.add_schedule(conn, tenant, cadence="daily", anchor=today)
+        conn.execute("UPDATE billing_schedules SET active = false WHERE id = %s", (schedule,))
+    later = f"{today + timedelta(days=3):%Y-%m-%d}T00:30:00Z"
+    paused = run_tick(pg_store, unique, later, lambda t: recurring.run(pool, t, tenant=tenant))
+    with data.connect(jobs_db) as conn:
+        conn.execute("UPDATE billing_schedules SET active = true WHERE id = %s", (schedule,))
+        windows = data.rows(conn, "SELECT paused_on, resumed_on FROM billing_schedule_pauses"
+                                  " WHERE schedule_id = %s", schedule)
+        # as if the pause had begun two days ago and ended tomorrow
+        conn.execute("UPDATE billing_schedule_pauses SET paused_on = %s, resumed_on = %s WHERE schedule_id = %s",
+                     (today - timedelta(days=2), today + timedelta(days=1), schedule))
+    resumed = run_tick(pg_store, f"{unique}-resumed", later, lambda t: recurring.run(pool, t, tenant=tenant))
+
+    assert windows == [{"paused_on": today, "resumed_on": today}]
+    assert paused["result"].generated == 0
+    assert resumed["result"].generated == 3
+    assert periods(jobs_db, schedule) == [f"{today + timedelta(days=d):%Y-%m-%d}" for d in (1, 2, 3)]
+
+
+def test_a_run_costs_what_is_due_not_schedules_times_periods(pool: ConnectionPool, jobs_db: str,
+                                                             unique: str) -> None:
+    """The statement builds period rows only for the schedules that are due:
+    one due schedule among fifty up-to-date ones costs a handful of rows (the
+    old statement built 366 per active schedule, due or not)."""
+    tenant = f"tenant-{unique}"
+    tick_day = date(2026, 11, 29)
+    with data.connect(jobs_db) as conn:
+        for _ in range(50):
+            data.add_schedule(conn, tenant, cadence="daily", anchor=tick_day + timedelta(days=10))
+        data.add_schedule(conn, tenant, cadence="weekly", anchor=tick_day - timedelta(days=14))
+    params = {"as_of": tick_day, "tenant": tenant, "schedules": recurring.SCHEDULES_PER_BATCH,
+              "max_periods": recurring.PERIODS_PER_BATCH}
+
+    with pool.connection() as conn, conn.transaction(force_rollback=True):
+        (plan,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + recurring.SQL["generate_batch"],
+                               params).fetchone()  # type: ignore[misc]
+
+    def series(node: dict[str, Any]) -> list[tuple[int, int]]:
+        """(loops, rows per loop) of each generate_series in the plan."""
+        own = [(node["Actual Loops"], node["Actual Rows"])] if node.get("Function Name") == "generate_series" else []
+        return own + [s for child in node.get("Plans", []) for s in series(child)]
+
+    # built once, for the due schedule only: its three periods
+    assert series(plan[0]["Plan"]) == [(1, 3)]
+
+
+def test_a_long_catch_up_commits_in_batches_and_continues_on_the_ticks_retry(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        schedule = data.add_schedule(conn, tenant, cadence="daily", anchor=date(2026, 8, 22))  # 100 days due
+    when = "2026-11-29T00:30:00Z"
+    no_time_left = Budget(lambda: 1.0)
+
+    with pytest.raises(RunOutOfTimeError):  # after its first batch, the run has no time for another
+        run_tick(pg_store, unique, when, lambda t: recurring.run(pool, t, tenant=tenant, budget=no_time_left))
+    assert len(periods(jobs_db, schedule)) == recurring.PERIODS_PER_BATCH  # the first batch stands
+    retry = run_tick(pg_store, unique, when, lambda t: recurring.run(pool, t, tenant=tenant))
+
+    assert retry["token"] == 2 and retry["result"].generated == 100 - recurring.PERIODS_PER_BATCH
+    assert retry["result"].batches == 3
+    assert len(periods(jobs_db, schedule)) == 100
+    with data.connect(jobs_db) as conn:
+        effects = data.invoice_effects(conn, tenant)
+    assert effects["activity"] == 100 and effects["notifications"] == 100
+
+
+class NewerRunStampsBetweenBatches(Budget):
+    """A budget that, when asked between batches, lets a newer run of the tick
+    stamp the fence first: the next batch of the older run must be refused."""
+
+    def __init__(self, jobs_db: str, job: str, when: str) -> None:
+        super().__init__(lambda: 1e9)
+        self.stamp = (jobs_db, job, when)
+
+    def allows(self, seconds: float) -> bool:
+        jobs_db, job, when = self.stamp
+        with data.connect(jobs_db) as conn:
+            conn.execute("UPDATE job_ticks SET fence_token = fence_token + 1 WHERE job = %s AND scheduled_time = %s",
+                         (job, when))
+        return True
+
+
+def test_a_batch_of_a_run_that_lost_its_tick_is_refused(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        schedule = data.add_schedule(conn, tenant, cadence="daily", anchor=date(2026, 8, 22))
+    when = "2026-11-29T00:30:00Z"
+
+    report = run_tick(pg_store, unique, when, lambda t: recurring.run(
+        pool, t, tenant=tenant, budget=NewerRunStampsBetweenBatches(jobs_db, unique, when)))
+
+    assert report["status"] == "superseded"
+    assert len(periods(jobs_db, schedule)) == recurring.PERIODS_PER_BATCH  # only the batch before the stamp

@@ -17,14 +17,23 @@ def connect(db_url: str) -> psycopg.Connection[Any]:
 
 
 def add_invoice(conn: psycopg.Connection[Any], tenant: str, *, due_at: datetime | str, status: str = "open",
-                amount_cents: int = 12_50, invoice_id: str | None = None) -> str:
+                amount_cents: int = 12_50, invoice_id: str | None = None, currency: str = "USD") -> str:
     invoice_id = invoice_id or new_id("inv")
     conn.execute(
         "INSERT INTO invoices (id, tenant_id, customer_email, amount_cents, currency, status, due_at)"
-        " VALUES (%s, %s, %s, %s, 'USD', %s, %s)",
-        (invoice_id, tenant, f"{invoice_id}@{tenant}.test", amount_cents, status, due_at),
+        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (invoice_id, tenant, f"{invoice_id}@{tenant}.test", amount_cents, currency, status, due_at),
     )
     return invoice_id
+
+
+def add_receiving_account(conn: psycopg.Connection[Any], tenant: str, account: str) -> None:
+    """``account`` receives ``tenant``'s payments (table of 0003_billing_correctness.sql)."""
+    conn.execute("INSERT INTO payment_accounts (account_id, tenant_id) VALUES (%s, %s)", (account, tenant))
+
+
+def set_time_zone(conn: psycopg.Connection[Any], tenant: str, time_zone: str) -> None:
+    conn.execute("INSERT INTO billing_tenants (tenant_id, time_zone) VALUES (%s, %s)", (tenant, time_zone))
 
 
 def add_schedule(conn: psycopg.Connection[Any], tenant: str, *, cadence: str, anchor: date,

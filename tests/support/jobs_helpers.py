@@ -58,6 +58,13 @@ def make_scope(db_url: str, store_url: str, moto_endpoint: str, sender: str, uni
     return JobScope(tenant=tenant, job=job, env=env)
 
 
+def payments_env(fake: Any, queue_url: str) -> dict[str, str]:
+    """The payment watcher's settings for a fake payments API (FakePayments):
+    its URL, and its issuer's USD as the one accepted asset."""
+    return {"PAYMENTS_API_URL": fake.url, "WEBHOOK_QUEUE_URL": queue_url,
+            "PAYMENTS_ACCEPTED_ASSETS": f"USD=USD:{fake.issuer}"}
+
+
 def sent_emails(recipient_suffix: str) -> list[Any]:
     """SES messages moto accepted for recipients ending in ``recipient_suffix``
     (the moto server runs in this process, so its backend is readable here)."""

@@ -1,16 +1,22 @@
-"""The payments client against the fake Horizon-style server: parsing, paging
-parameters, timeouts, and clear errors for unusable answers."""
+"""The payments client against the fake Horizon-style server: parsing (assets
+with their issuer, operation ids, record types), paging parameters, whether a
+page was full, timeouts (a whole-request deadline), and clear errors for
+unusable answers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
 import requests
 
+from onceonly_app.billing.assets import Asset
 from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
-from onceonly_cli.fake_payments import FakePayments
+from onceonly_cli.fake_payments import FakePayments, random_account
 
 
 @pytest.fixture
@@ -19,16 +25,23 @@ def fake() -> Iterator[FakePayments]:
         yield server
 
 
-def test_reads_a_page_in_cents_and_asks_for_ascending_order(fake: FakePayments) -> None:
-    first = fake.add(memo="inv_1", amount="12.5")
-    fake.add(memo=None, amount="0.01", asset_code="EUR")
+def test_reads_a_page_exactly_and_asks_for_ascending_order(fake: FakePayments) -> None:
+    when = datetime(2026, 11, 20, 8, 15, tzinfo=UTC)
+    first = fake.add(memo="inv_1", amount="12.5", created_at=when)
+    other_issuer = random_account()
+    fake.add(memo=None, amount="0.0000001", asset_code="EURC", asset_issuer=other_issuer)
+    fake.add(memo=None, amount="3", asset_code=None)
     page = PaymentsClient(fake.url).page("", limit=1)
-    assert [(p.transaction_hash, p.amount_cents, p.memo) for p in page.payments] == [
-        (first["transaction_hash"], 1250, "inv_1")]
-    assert page.next_cursor == first["paging_token"]
+    assert [(p.payment_id, p.transaction_hash, p.amount, p.memo, p.created_at, p.to_account)
+            for p in page.payments] == [(first["id"], first["transaction_hash"], Decimal("12.5"), "inv_1", when,
+                                         fake.receiver)]
+    assert page.payments[0].asset == Asset("USD", fake.issuer)
+    assert page.next_cursor == first["paging_token"] and page.full
     assert fake.requests == [{"cursor": "", "order": "asc", "limit": "1"}]
     rest = PaymentsClient(fake.url).page(page.next_cursor)
-    assert [(p.amount_cents, p.asset_code, p.memo) for p in rest.payments] == [(1, "EUR", None)]
+    assert [(p.amount, p.asset, p.memo) for p in rest.payments] == [
+        (Decimal("0.0000001"), Asset("EURC", other_issuer), None), (Decimal("3"), Asset.native(), None)]
+    assert not rest.full
 
 
 def test_an_empty_page_keeps_the_cursor(fake: FakePayments) -> None:
@@ -38,21 +51,44 @@ def test_an_empty_page_keeps_the_cursor(fake: FakePayments) -> None:
 def test_failed_transactions_are_skipped_but_advance_the_cursor(fake: FakePayments) -> None:
     failed = fake.add(memo="inv_1", amount="1", successful=False)
     page = PaymentsClient(fake.url).page("")
-    assert page.payments == [] and page.next_cursor == failed["paging_token"]
+    assert page.payments == [] and page.skipped == 1 and page.next_cursor == failed["paging_token"]
 
 
-def test_sub_cent_amounts_round_down(fake: FakePayments) -> None:
-    fake.add(memo="inv_1", amount="12.3456789")
-    assert [p.amount_cents for p in PaymentsClient(fake.url).page("").payments] == [1234]
+def test_records_that_are_not_payments_are_skipped_not_errors(fake: FakePayments) -> None:
+    """create_account has a starting_balance and no amount; account_merge has
+    neither: today's client raised on them and the poller never moved again."""
+    created = fake.add_transaction([fake.create_account("100"), fake.account_merge()])
+    path = fake.add_transaction([fake.path_payment("5.25", source_amount="70", strict="send"),
+                                 fake.path_payment("1", source_amount="13", strict="receive")], memo="inv_9")
+    page = PaymentsClient(fake.url).page("", limit=4)
+    assert page.skipped == 2 and page.full and page.next_cursor == path[-1]["paging_token"]
+    assert [(p.payment_id, p.operation_type, p.amount) for p in page.payments] == [
+        (path[0]["id"], "path_payment_strict_send", Decimal("5.25")),
+        (path[1]["id"], "path_payment_strict_receive", Decimal("1"))]
+    assert {p.transaction_hash for p in page.payments} == {path[0]["transaction_hash"]}
+    assert len({r["id"] for r in [*created, *path]}) == 4  # one id per operation
 
 
-def test_a_malformed_record_is_a_payments_api_error() -> None:
+def test_a_page_is_full_by_its_records_not_by_the_payments_left_after_skipping(fake: FakePayments) -> None:
+    fake.add(memo="inv_1", amount="1", successful=False)
+    fake.add_transaction([fake.create_account("1")])
+    page = PaymentsClient(fake.url).page("", limit=2)
+    assert page.payments == [] and page.full
+
+
+def test_a_malformed_payment_record_is_a_payments_api_error() -> None:
     from onceonly_app.billing.payments_api import _payment
 
+    record = {"id": "1", "paging_token": "1", "transaction_hash": "h", "type": "payment", "to": "G",
+              "asset_type": "native", "created_at": "2026-11-20T08:15:00Z"}
     with pytest.raises(PaymentsApiError, match="amount"):
-        _payment({"id": "1", "paging_token": "1", "transaction_hash": "h", "amount": "lots"})
+        _payment({**record, "amount": "lots"})
+    with pytest.raises(PaymentsApiError, match="amount"):
+        _payment({**record, "amount": "-1"})
     with pytest.raises(PaymentsApiError, match="malformed"):
         _payment({"id": "1", "amount": "1"})
+    with pytest.raises(PaymentsApiError, match="malformed"):
+        _payment({**record, "amount": "1", "asset_type": "credit_alphanum4", "asset_code": "USD"})  # no issuer
 
 
 def test_http_errors_and_non_json_are_payments_api_errors(fake: FakePayments) -> None:
@@ -75,5 +111,18 @@ class RecordingSession(requests.Session):
 def test_every_request_has_a_timeout_and_no_redirects(fake: FakePayments) -> None:
     session = RecordingSession()
     PaymentsClient(fake.url, session=session).page("")
-    assert session.calls[0]["timeout"] == (3.05, 10.0)
-    assert session.calls[0]["allow_redirects"] is False
+    PaymentsClient(fake.url, session=session).page("", timeout=2.0)  # what is left of the invocation
+    assert [c["timeout"] for c in session.calls] == [(3.05, 10.0), (2.0, 2.0)]
+    assert all(c["allow_redirects"] is False for c in session.calls)
+
+
+def test_a_trickling_answer_is_abandoned_at_the_deadline(fake: FakePayments) -> None:
+    """Read timeouts apply per socket read: a server sending a byte every 0.2 s
+    never trips one. The deadline bounds the whole request."""
+    for n in range(20):
+        fake.add(memo=f"inv_{n}", amount="1")
+    fake.trickle(chunk_bytes=16, every_seconds=0.2)  # the page takes minutes this way
+    started = time.monotonic()
+    with pytest.raises(PaymentsApiError, match="deadline"):
+        PaymentsClient(fake.url).page("", timeout=1.0)
+    assert time.monotonic() - started < 3 * 1.0  # the deadline plus at most one read, generously

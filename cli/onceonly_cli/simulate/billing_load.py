@@ -97,7 +97,8 @@ class BillingLoad:
         with psycopg.connect(database_url) as conn:
             for i in range(OVERDUE_INVOICES + NOT_YET_DUE_INVOICES):
                 overdue = i < OVERDUE_INVOICES
-                due = self.base - timedelta(hours=self.rng.randint(1, 240)) if overdue else \
+                # overdue: due on a day that ended before the first tick (02:00 UTC)
+                due = self.base - timedelta(hours=self.rng.randint(26, 240)) if overdue else \
                     last_tick + timedelta(days=30)
                 invoice = SeededInvoice(f"inv_{self.tenant}_{i}", 1000 + i, overdue)
                 conn.execute(INSERT_INVOICE, (invoice.id, self.tenant, f"c{i}@example.com", invoice.amount_cents,

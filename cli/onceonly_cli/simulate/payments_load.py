@@ -35,6 +35,7 @@ FUNCTION = "PaymentWatcherFunction"
 # The watcher's cursor is per job, so on a shared database it is where an
 # earlier run left it.
 STORED_CURSOR = "SELECT cursor FROM payment_cursors WHERE poller = %s"
+RECEIVING_ACCOUNT = "INSERT INTO payment_accounts (account_id, tenant_id) VALUES (%s, %s)"
 COUNTS = {
     "payments applied": "SELECT count(*) FROM payments WHERE transaction_hash = ANY(%(hashes)s)",
     "invoices paid": "SELECT count(*) FROM invoices WHERE id = ANY(%(invoices)s) AND status = 'paid'",
@@ -63,6 +64,7 @@ class PaymentsLoad:
     tick_times: list[datetime]
     payments: list[SeededPayment] = field(default_factory=list)
     subscription_ids: list[str] = field(default_factory=list)
+    accepted_assets: str = ""  # PAYMENTS_ACCEPTED_ASSETS: the fake API's USD
 
     def seed(self, database_url: str, fake: Any, invoices: list[SeededInvoice], subscription_ids: list[str]) -> int:
         """Add the payments to the fake API (``FakePayments``), after the cursor the
@@ -70,7 +72,9 @@ class PaymentsLoad:
         end `paid`, not `overdue`)."""
         with psycopg.connect(database_url) as conn:
             row = conn.execute(STORED_CURSOR, (JOB,)).fetchone()
+            conn.execute(RECEIVING_ACCOUNT, (fake.receiver, self.tenant))
         fake.continue_after(str(row[0]) if row else "")
+        self.accepted_assets = f"USD=USD:{fake.issuer}"
         self.subscription_ids = list(subscription_ids)
         overdue = [i for i in invoices if i.overdue]
         not_due = [i for i in invoices if not i.overdue]
@@ -100,15 +104,16 @@ class PaymentsLoad:
 
     def expected_deliveries(self) -> set[str]:
         """One ``invoice.paid`` delivery per (subscription, paid invoice): the
-        event id comes from the payment that completed the invoice."""
+        event id comes from the invoice."""
         from onceonly_app.billing.webhook_events import invoice_paid_event_id
         from onceonly_app.webhooks.deliveries import delivery_id_for
 
-        return {delivery_id_for(sub, invoice_paid_event_id(p.transaction_hash))
+        return {delivery_id_for(sub, invoice_paid_event_id(p.pays))
                 for p in self.payments if p.pays for sub in self.subscription_ids}
 
     def env(self, api_url: str, queue_url: str) -> dict[str, str]:
         return {"PAYMENTS_API_URL": api_url, "WEBHOOK_QUEUE_URL": queue_url,
+                "PAYMENTS_ACCEPTED_ASSETS": self.accepted_assets,
                 "POLLER_LEASE_SECONDS": POLLER_LEASE_SECONDS, "PAYMENTS_PAGE_LIMIT": str(PAGE_LIMIT)}
 
     def cron_job(self) -> CronJob:

@@ -12,6 +12,8 @@ from onceonly import check_seconds
 from onceonly.errors import ConfigError
 from onceonly.scheduled import DEFAULT_KEEP, DEFAULT_TTL, HEARTBEATS_PER_TTL
 
+from .assets import AcceptedAssets
+
 
 def _seconds(name: str, default: float) -> float:
     raw = os.environ.get(name)
@@ -38,6 +40,14 @@ def _required(name: str) -> str:
     if not value:
         raise ConfigError(f"set {name}")
     return value
+
+
+def _accepted_assets(name: str) -> AcceptedAssets:
+    raw = _required(name)
+    try:
+        return AcceptedAssets.parse(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,7 @@ class NotificationSettings:
 class PaymentWatcherSettings:
     api_url: str  # Horizon-style base URL: GET {api_url}/payments
     queue_url: str  # the webhook dispatcher's SQS queue
+    accepted_assets: AcceptedAssets  # which assets (code and issuer) pay which currency
     poller_ttl: float  # the job-wide poller lease
     page_limit: int
     max_pages: int  # per run; the next tick continues from the stored cursor
@@ -92,6 +103,7 @@ class PaymentWatcherSettings:
         return cls(
             api_url=_required("PAYMENTS_API_URL").rstrip("/"),
             queue_url=_required("WEBHOOK_QUEUE_URL"),
+            accepted_assets=_accepted_assets("PAYMENTS_ACCEPTED_ASSETS"),
             poller_ttl=_seconds("POLLER_LEASE_SECONDS", 120.0),
             page_limit=_count("PAYMENTS_PAGE_LIMIT", 200),
             max_pages=_count("PAYMENTS_MAX_PAGES", 50),

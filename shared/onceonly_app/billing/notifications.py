@@ -5,12 +5,16 @@ once per claim; the outcome is recorded only under that claim's token. Failures
 go back to pending with backoff; after ``max_attempts`` claims a row ends in
 `failed` and is kept. A sender that dies after SES accepted a message but
 before recording it leaves the row to be claimed again when the claim runs out:
-delivery across claims is at least once (SES takes no idempotency key)."""
+delivery across claims is at least once (SES takes no idempotency key).
+
+An overdue e-mail is re-checked just before it is sent: if its invoice is no
+longer overdue (paid or voided meanwhile) it is cancelled, not sent. A send
+starts only while the invocation has time for a whole SES call (aws.py); the
+claims a run will not get to go back to pending at once."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,11 +25,13 @@ from psycopg_pool import ConnectionPool
 from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
+from .aws import CALL_SECONDS
+from .budget import Budget
 from .config import NotificationSettings
 from .ses import SendError
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
-DEADLINE_MARGIN = 10.0  # seconds of invocation time kept for recording outcomes
+SEND_SECONDS = CALL_SECONDS + 2.0  # one SES call and the recording of its outcome
 
 
 class Sender(Protocol):
@@ -39,6 +45,8 @@ class SendResult:
     failed: int = 0
     claims_lost: int = 0  # outcomes refused because the claim was re-granted
     abandoned: int = 0  # crashed on their last attempt, now failed
+    cancelled: int = 0  # overdue e-mails whose invoice was paid or voided before sending
+    released: int = 0  # claimed, not sent: the run reached its deadline
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -52,23 +60,41 @@ def retry_delay(attempt: int, schedule: tuple[float, ...]) -> float:
 
 
 def run(pool: ConnectionPool, tick: Tick, sender: Sender, settings: NotificationSettings, *,
-        tenant: str | None = None, seconds_left: Callable[[], float] = lambda: float("inf"),
-        log: Any = None) -> SendResult:
+        tenant: str | None = None, budget: Budget | None = None, log: Any = None) -> SendResult:
     """Send due notifications until none is left or the invocation's time runs low."""
+    budget = budget or Budget.unlimited()
     result = SendResult()
     scope = {"tenant": tenant, "max_attempts": settings.max_attempts}
     with pool.connection() as conn, conn.transaction():
         result.abandoned = len(conn.execute(SQL["give_up_abandoned"], scope).fetchall())
-    while seconds_left() > DEADLINE_MARGIN:
+    while budget.allows(SEND_SECONDS):
         with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             claims = cur.execute(SQL["claim"], {**scope, "limit": settings.batch_size,
                                                 "claim_ttl": settings.claim_ttl}).fetchall()
         if not claims:
             break
-        for claim in claims:
+        for n, claim in enumerate(claims):
+            if not budget.allows(SEND_SECONDS):
+                _release(pool, claims[n:], result)
+                return result
+            if _moot(pool, claim):
+                result.cancelled += 1
+                continue
             _send_one(pool, sender, settings, claim, result, log)
         tick.renew()
     return result
+
+
+def _moot(pool: ConnectionPool, claim: dict[str, Any]) -> bool:
+    with pool.connection() as conn, conn.transaction():
+        return conn.execute(SQL["cancel_if_moot"], {"id": claim["id"], "token": claim["claim_token"]}
+                            ).fetchone() is not None
+
+
+def _release(pool: ConnectionPool, claims: list[dict[str, Any]], result: SendResult) -> None:
+    with pool.connection() as conn, conn.transaction():
+        conn.execute(SQL["release"], {"ids": [c["id"] for c in claims], "tokens": [c["claim_token"] for c in claims]})
+    result.released += len(claims)
 
 
 def _send_one(pool: ConnectionPool, sender: Sender, settings: NotificationSettings,

@@ -56,3 +56,22 @@ UPDATE notifications
        last_error = %(error)s, updated_at = now()
  WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
 RETURNING status;
+
+-- name: cancel_if_moot --
+-- In: id, token. Checked just before sending: an overdue e-mail whose invoice
+-- is no longer overdue (paid or voided since it was queued) is cancelled
+-- instead of sent. Out: a row if it was cancelled.
+UPDATE notifications n
+   SET status = 'cancelled', last_error = 'invoice no longer overdue', updated_at = now()
+ WHERE n.id = %(id)s AND n.claim_token = %(token)s AND n.status = 'sending'
+   AND n.kind = 'invoice.overdue'
+   AND NOT EXISTS (SELECT 1 FROM invoices i WHERE i.id = n.invoice_id AND i.status = 'overdue')
+RETURNING n.id;
+
+-- name: release --
+-- In: ids, tokens (arrays, pairwise). Claims a run will not send (it is near
+-- its deadline) go back to pending at once, their attempt not counted.
+UPDATE notifications n
+   SET status = 'pending', attempts = n.attempts - 1, claimable_at = clock_timestamp(), updated_at = now()
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+ WHERE n.id = c.id AND n.claim_token = c.token AND n.status = 'sending';

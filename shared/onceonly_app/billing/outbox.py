@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from onceonly.stores.sqlfile import load_queries
+
+from .money import format_money
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 
@@ -27,12 +29,8 @@ class Email:
     body_text: str
 
 
-def _money(cents: int, currency: str) -> str:
-    return f"{cents / 100:,.2f} {currency}"
-
-
 def overdue_email(invoice: Mapping[str, Any]) -> Email:
-    due: datetime = invoice["due_at"]
+    due: date = invoice["due_on"]  # the due day in the tenant's time zone
     return Email(
         notification_key=f"invoice.overdue:{invoice['id']}",
         tenant_id=invoice["tenant_id"],
@@ -40,13 +38,13 @@ def overdue_email(invoice: Mapping[str, Any]) -> Email:
         kind="invoice.overdue",
         recipient=invoice["customer_email"],
         subject=f"Invoice {invoice['id']} is overdue",
-        body_text=(f"Invoice {invoice['id']} for {_money(invoice['amount_cents'], invoice['currency'])} "
+        body_text=(f"Invoice {invoice['id']} for {format_money(invoice['amount_cents'], invoice['currency'])} "
                    f"was due on {due:%Y-%m-%d} and is now overdue."),
     )
 
 
 def new_invoice_email(invoice: Mapping[str, Any]) -> Email:
-    due: datetime = invoice["due_at"]
+    due: date = invoice["due_on"]
     return Email(
         notification_key=f"invoice.created:{invoice['id']}",
         tenant_id=invoice["tenant_id"],
@@ -54,7 +52,7 @@ def new_invoice_email(invoice: Mapping[str, Any]) -> Email:
         kind="invoice.created",
         recipient=invoice["customer_email"],
         subject=f"New invoice {invoice['id']}",
-        body_text=(f"Invoice {invoice['id']} for {_money(invoice['amount_cents'], invoice['currency'])} "
+        body_text=(f"Invoice {invoice['id']} for {format_money(invoice['amount_cents'], invoice['currency'])} "
                    f"(period starting {invoice['period_key']}) is due on {due:%Y-%m-%d}."),
     )
 

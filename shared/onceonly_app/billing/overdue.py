@@ -1,13 +1,15 @@
-"""The overdue-invoices job: open invoices past due at the tick's scheduled time
-move to `overdue`, each with one status-history row, one activity event and one
-e-mail in the outbox, all in the transition's transaction and fenced by the
-tick's token."""
+"""The overdue-invoices job: open invoices whose due day ended (in the tenant's
+time zone) before the tick's scheduled time move to `overdue`, each with one
+status-history row, one activity event and one e-mail in the outbox, all in
+the transition's transaction and fenced by the tick's token."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -15,7 +17,8 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
-from .ticks import TickFence
+from .budget import Budget
+from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 BATCH_SIZE = 500
@@ -27,25 +30,22 @@ class OverdueResult:
     batches: int
 
 
-def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
-        batch_size: int = BATCH_SIZE) -> OverdueResult:
-    """Transition every open invoice due before the tick's time. Raises
-    FencedError (a LeaseLostError) if a newer run of the tick took over: the
-    batch in progress is rolled back; batches committed earlier stand, and the
-    newer run finds those invoices already moved."""
-    fence = TickFence(pool, tick)
-    fence.stamp()
+def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, batch_size: int = BATCH_SIZE,
+        budget: Budget | None = None) -> OverdueResult:
+    """Transition every open invoice whose due day ended before the tick's time.
+    Raises FencedError (a LeaseLostError) if a newer run of the tick took over:
+    the batch in progress is rolled back; batches committed earlier stand, and
+    the newer run finds those invoices already moved. Raises RunOutOfTimeError
+    when the budget runs low with batches left: the retry of the tick goes on."""
     params = {"as_of": tick.scheduled_time, "tenant": tenant, "job": tick.job, "token": tick.token,
               "limit": batch_size}
-    transitioned = batches = 0
-    while True:
-        with fence.transaction() as conn, conn.cursor(row_factory=dict_row) as cur:
+
+    def batch(conn: psycopg.Connection[Any]) -> tuple[int, bool]:
+        with conn.cursor(row_factory=dict_row) as cur:
             moved = cur.execute(SQL["transition_overdue"], params).fetchall()
-            outbox.enqueue(conn, [outbox.overdue_email(row) for row in moved])
-        transitioned += len(moved)
-        batches += 1
-        if len(moved) < batch_size:
-            break
-        tick.renew()
-    fence.finish({"transitioned": transitioned})
-    return OverdueResult(transitioned=transitioned, batches=batches)
+        outbox.enqueue(conn, [outbox.overdue_email(row) for row in moved])
+        return len(moved), len(moved) == batch_size
+
+    done = run_fenced_batches(pool, tick, batch, budget=budget,
+                              result_key="transitioned")
+    return OverdueResult(transitioned=done.done, batches=done.batches)

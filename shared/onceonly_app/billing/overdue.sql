@@ -1,24 +1,34 @@
 -- name: transition_overdue --
 -- In: as_of (the tick's scheduled time), tenant (text or NULL = all), job,
--- token, limit. Out: the invoices that moved open -> overdue in this statement.
+-- token, limit. Out: the invoices that moved open -> overdue in this statement,
+-- with their due day (due_on) in the tenant's time zone.
+-- An invoice is overdue once its due day has ENDED in its tenant's time zone
+-- (billing_tenants.time_zone, UTC without a row): the due day is the date of
+-- due_at there, so an invoice due on the 15th is still payable all of the 15th
+-- and moves on the first run after midnight. due_at < as_of is implied by that
+-- and lets the partial index on open invoices do the scan.
 -- The transition is conditional (status = 'open' is re-checked on the locked
 -- row), and the history row and activity event are written from its RETURNING
 -- only, so an invoice some other run (or a payment) already moved yields no
 -- row and no side effect. SKIP LOCKED passes invoices locked by a payment
 -- being applied; they are looked at again by the next tick if still open.
 WITH due AS MATERIALIZED (
-    SELECT id FROM invoices
-     WHERE status = 'open' AND due_at < %(as_of)s
-       AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
-     ORDER BY due_at, id
+    SELECT i.id, (i.due_at AT TIME ZONE coalesce(t.time_zone, 'UTC'))::date AS due_on
+      FROM invoices i
+      LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
+     WHERE i.status = 'open' AND i.due_at < %(as_of)s
+       AND (((i.due_at AT TIME ZONE coalesce(t.time_zone, 'UTC'))::date + 1)::timestamp
+            AT TIME ZONE coalesce(t.time_zone, 'UTC')) <= %(as_of)s
+       AND (%(tenant)s::text IS NULL OR i.tenant_id = %(tenant)s::text)
+     ORDER BY i.due_at, i.id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF i SKIP LOCKED
 ), moved AS (
     UPDATE invoices i
        SET status = 'overdue', updated_at = now()
       FROM due
      WHERE i.id = due.id AND i.status = 'open'
-    RETURNING i.id, i.tenant_id, i.customer_email, i.amount_cents, i.currency, i.due_at
+    RETURNING i.id, i.tenant_id, i.customer_email, i.amount_cents, i.currency, i.due_at, due.due_on
 ), history AS (
     INSERT INTO invoice_status_history (invoice_id, from_status, to_status, job, fence_token)
     SELECT id, 'open', 'overdue', %(job)s, %(token)s FROM moved
@@ -26,9 +36,9 @@ WITH due AS MATERIALIZED (
 ), activity AS (
     INSERT INTO activity_events (event_key, tenant_id, invoice_id, kind, detail)
     SELECT 'invoice.overdue:' || id, tenant_id, id, 'invoice.overdue',
-           jsonb_build_object('due_at', due_at, 'amount_cents', amount_cents, 'currency', currency,
-                              'job', %(job)s::text, 'fence_token', %(token)s::bigint)
+           jsonb_build_object('due_at', due_at, 'due_on', due_on, 'amount_cents', amount_cents,
+                              'currency', currency, 'job', %(job)s::text, 'fence_token', %(token)s::bigint)
       FROM moved
     ON CONFLICT (event_key) DO NOTHING
 )
-SELECT id, tenant_id, customer_email, amount_cents, currency, due_at FROM moved ORDER BY id;
+SELECT id, tenant_id, customer_email, amount_cents, currency, due_at, due_on FROM moved ORDER BY id;

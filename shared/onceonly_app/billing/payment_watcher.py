@@ -7,13 +7,23 @@ each payment once.
 - The cursor advances only under the poller's current token: each page's
   payments and the new cursor commit in one transaction that first locks the
   cursor row with that token (payment_watcher.sql).
-- Each payment is applied once (the transaction hash is the key); the invoice
-  it pays moves to `paid`, and an ``invoice.paid`` event per subscription goes
-  to the webhook outbox in the same transaction, sent to SQS afterwards.
+- Only payments TO a receiving account (payment_accounts) count; the memo is
+  matched against that account's tenant's invoices only. Other records
+  (outgoing payments, create_account, account_merge, failed transactions) are
+  skipped and the cursor moves past them.
+- Each payment operation is recorded once (the operation id is the key), with
+  its verdict (matching.py). A credited payment that covers its invoice moves
+  it to `paid` (paid_at: the payment's ledger time), and an ``invoice.paid``
+  event goes to the webhook outbox in the same transaction. Unmatched, partial,
+  overpaid and late payments get an activity event and a count in the result.
+- The outbox is sent to SQS after polling, whatever polling did (succeeded,
+  failed, or found the poller busy): events committed earlier never wait on
+  the payments API.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,97 +36,160 @@ from onceonly import Lease, Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import webhook_events
-from .payments_api import Page, Payment
+from .assets import AcceptedAssets
+from .aws import CALL_SECONDS
+from .budget import Budget
+from .matching import Verdict, judge
+from .payments_api import READ_TIMEOUT, Page, Payment
 from .ticks import FencedError
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
+PAGE_SECONDS = READ_TIMEOUT  # the longest one page request may take
 
 
 class PaymentSource(Protocol):
-    def page(self, cursor: str, limit: int = 200) -> Page: ...
+    def page(self, cursor: str, limit: int = 200, *, timeout: float | None = None) -> Page: ...
 
 
 @dataclass
 class WatchResult:
     status: str = "polled"  # or "poller-busy": another run holds the poller lease
     pages: int = 0
-    payments_applied: int = 0
+    payments_applied: int = 0  # payments recorded for the first time (credited or not)
     invoices_paid: int = 0
+    unmatched: int = 0
+    partial: int = 0
+    overpaid: int = 0
+    late: int = 0
+    skipped: int = 0  # records that are not payments to a receiving account
+    out_of_time: bool = False  # stopped polling near the invocation's deadline
     cursor: str | None = None
     webhooks: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def count(self, verdict: Verdict) -> None:
+        self.payments_applied += 1
+        if verdict.outcome in ("unmatched", "partial", "overpaid"):
+            setattr(self, verdict.outcome, getattr(self, verdict.outcome) + 1)
+        self.late += verdict.late
+
+
+@dataclass(frozen=True)
+class Poll:
+    """What one run polls with."""
+
+    source: PaymentSource
+    accepted: AcceptedAssets
+    poller_ttl: float
+    page_limit: int = 200
+    max_pages: int = 50
+
 
 def poller_lease_name(job: str) -> str:
     return f"poller:{job}"
 
 
-def run(pool: ConnectionPool, tick: Tick, source: PaymentSource, sqs: Any, queue_url: str, *,
-        poller_ttl: float, page_limit: int = 200, max_pages: int = 50, tenant: str | None = None,
-        log: Any = None) -> WatchResult:
-    """Poll and apply up to ``max_pages`` pages, then send the webhook outbox
-    (also what earlier runs left unsent). Raises LeaseLostError (FencedError) if
-    a newer poller took over; what this run committed before stands."""
-    store = tick.store
-    lease = store.acquire(poller_lease_name(tick.job), ttl=poller_ttl)
-    if lease is None:
-        result = WatchResult(status="poller-busy")
-    else:
-        try:
-            result = _poll(pool, tick, source, lease, poller_ttl, page_limit, max_pages)
-        finally:
-            store.release(lease)  # False if it was lost meanwhile: nothing to give back
-    result.webhooks = asdict(webhook_events.flush(pool, sqs, queue_url, tenant=tenant, log=log))
+def run(pool: ConnectionPool, tick: Tick, poll: Poll, sqs: Any, queue_url: str, *,
+        tenant: str | None = None, budget: Budget | None = None, log: Any = None) -> WatchResult:
+    """Poll and apply up to ``poll.max_pages`` pages while the budget allows,
+    then send the webhook outbox (also what earlier runs left unsent), even if
+    polling raised. Raises what polling raised: PaymentsApiError, or
+    LeaseLostError (FencedError) if a newer poller took over; what this run
+    committed before stands."""
+    budget = budget or Budget.unlimited()
+    result = WatchResult(status="poller-busy")  # what is reported if another run holds the poller lease
+    try:
+        lease = tick.store.acquire(poller_lease_name(tick.job), ttl=poll.poller_ttl)
+        if lease is not None:
+            try:
+                result = _poll(pool, tick, poll, lease, tenant, budget, log)
+            finally:
+                tick.store.release(lease)  # False if it was lost meanwhile: nothing to give back
+    finally:
+        result.webhooks = asdict(webhook_events.flush(pool, sqs, queue_url, tenant=tenant, budget=budget,
+                                                      log=log))
     return result
 
 
-def _poll(pool: ConnectionPool, tick: Tick, source: PaymentSource, lease: Lease, poller_ttl: float,
-          page_limit: int, max_pages: int) -> WatchResult:
+def _poll(pool: ConnectionPool, tick: Tick, poll: Poll, lease: Lease, tenant: str | None, budget: Budget,
+          log: Any) -> WatchResult:
     poller = tick.job
     fence = {"poller": poller, "token": lease.token}
     with pool.connection() as conn, conn.transaction():
         row = conn.execute(SQL["stamp_cursor"], fence).fetchone()
+        accounts: dict[str, str] = dict(conn.execute(SQL["receiving_accounts"], {"tenant": tenant}).fetchall())
     if row is None:
         raise FencedError(f"poller {poller}: a poller with a newer token than {lease.token} stamped the cursor")
     result = WatchResult(cursor=row[0])
-    while result.pages < max_pages:
-        page = source.page(result.cursor or "", page_limit)
+    while result.pages < poll.max_pages:
+        timeout = budget.timeout(PAGE_SECONDS, keep=CALL_SECONDS)  # and time to send the outbox after
+        if timeout is None:
+            result.out_of_time = True
+            break
+        page = poll.source.page(result.cursor or "", poll.page_limit, timeout=timeout)
         with pool.connection() as conn, conn.transaction():
             if conn.execute(SQL["hold_cursor"], fence).fetchone() is None:
                 raise FencedError(f"poller {poller}: cursor refused to token {lease.token}, a newer poller "
                                   "took over")
+            result.skipped += page.skipped
             for payment in page.payments:
-                _apply(conn, payment, poller, lease.token, result)
+                owner = accounts.get(payment.to_account)
+                if owner is None:
+                    result.skipped += 1  # sent from a receiving account, or to an account that is not ours
+                    continue
+                _apply(conn, payment, owner, poll.accepted, fence, result, log)
             conn.execute(SQL["advance_cursor"], {**fence, "cursor": page.next_cursor})
         result.pages += 1
         result.cursor = page.next_cursor
-        if len(page.payments) < page_limit:
+        if not page.full:
             break
-        lease = tick.store.renew(lease, ttl=poller_ttl)  # LeaseLostError: stop, the newer poller goes on
+        lease = tick.store.renew(lease, ttl=poll.poller_ttl)  # LeaseLostError: stop, the newer poller goes on
         tick.renew()
     return result
 
 
-def _apply(conn: psycopg.Connection[Any], payment: Payment, poller: str, token: int,
-           result: WatchResult) -> None:
+def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepted: AcceptedAssets,
+           fence: dict[str, Any], result: WatchResult, log: Any) -> None:
     with conn.cursor(row_factory=dict_row) as cur:
-        recorded = cur.execute(SQL["record_payment"], {**asdict(payment), "poller": poller,
-                                                       "token": token}).fetchone()
+        invoice = cur.execute(SQL["lock_invoice"], {"memo": payment.memo, "tenant": tenant}).fetchone() \
+            if payment.memo else None
+        verdict = judge(payment.amount, accepted.currency_of(payment.asset), payment.memo, invoice)
+        recorded = cur.execute(SQL["record_payment"], {
+            "payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash,
+            "paging_token": payment.paging_token, "operation_type": payment.operation_type,
+            "to_account": payment.to_account, "tenant": tenant, "asset_code": payment.asset.code or "native",
+            "asset_issuer": payment.asset.issuer, "amount": payment.amount, "amount_cents": verdict.amount_cents,
+            "memo": payment.memo, "invoice_id": verdict.invoice_id, "outcome": verdict.outcome,
+            "reason": verdict.reason, "late": verdict.late, "poller": fence["poller"], "token": fence["token"],
+            "paid_at": payment.created_at}).fetchone()
         if recorded is None:
-            return  # applied before
-        result.payments_applied += 1
-        if recorded["invoice_id"] is None:
+            return  # recorded before
+        result.count(verdict)
+        if verdict.event_kind is not None:
+            _record_event(cur, payment, tenant, verdict, log)
+        if verdict.outcome not in ("settled", "overpaid"):
             return
-        paid = cur.execute(SQL["mark_paid"], {"invoice_id": recorded["invoice_id"], "job": poller,
-                                              "token": token}).fetchone()
+        paid = cur.execute(SQL["mark_paid"], {"invoice_id": verdict.invoice_id, "paid_at": payment.created_at,
+                                              "job": fence["poller"], "token": fence["token"]}).fetchone()
     if paid is None:
         return
     result.invoices_paid += 1
     payload = {"invoice_id": paid["id"], "tenant_id": paid["tenant_id"], "amount_cents": paid["amount_cents"],
                "currency": paid["currency"], "paid_at": paid["paid_at"].isoformat(),
-               "transaction_hash": payment.transaction_hash}
-    webhook_events.fan_out(conn, webhook_events.invoice_paid_event_id(payment.transaction_hash),
-                           "invoice.paid", paid["tenant_id"], payload)
+               "payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash}
+    webhook_events.fan_out(conn, webhook_events.invoice_paid_event_id(paid["id"]), "invoice.paid",
+                           paid["tenant_id"], payload)
 
+
+def _record_event(cur: psycopg.Cursor[Any], payment: Payment, tenant: str, verdict: Verdict, log: Any) -> None:
+    detail = {"payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash,
+              "asset": str(payment.asset), "amount": str(payment.amount), "amount_cents": verdict.amount_cents,
+              "memo": payment.memo, "reason": verdict.reason, "late": verdict.late}
+    cur.execute(SQL["record_payment_event"], {"kind": verdict.event_kind, "payment_id": payment.payment_id,
+                                              "tenant": tenant, "invoice_id": verdict.invoice_id,
+                                              "detail": json.dumps(detail)})
+    if log is not None and verdict.outcome == "unmatched":
+        log.warning("payment not credited", extra={"payment_id": payment.payment_id, "reason": verdict.reason,
+                                                   "tenant_id": tenant})

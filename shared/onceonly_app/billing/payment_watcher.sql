@@ -22,31 +22,56 @@ UPDATE payment_cursors SET cursor = %(cursor)s, updated_at = now()
  WHERE poller = %(poller)s AND fence_token = %(token)s
 RETURNING cursor;
 
+-- name: receiving_accounts --
+-- In: tenant (or NULL = all). Out: the accounts payments are received on, with their tenant.
+SELECT account_id, tenant_id FROM payment_accounts
+ WHERE %(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text;
+
+-- name: lock_invoice --
+-- In: memo, tenant. Out: the invoice the memo names among the TENANT's
+-- invoices (another tenant's invoice id matches nothing), locked until the
+-- transaction ends, with what credited payments already cover of it.
+SELECT i.id, i.status, i.currency, i.amount_cents,
+       (SELECT coalesce(sum(p.amount_cents), 0) FROM payments p
+         WHERE p.invoice_id = i.id AND p.outcome <> 'unmatched') AS credited_cents
+  FROM invoices i
+ WHERE i.id = %(memo)s AND i.tenant_id = %(tenant)s
+   FOR UPDATE OF i;
+
 -- name: record_payment --
--- In: the payment's fields, poller, token. Out: the payment if it is new (the
--- transaction hash is the key: a payment seen again records nothing) with the
--- invoice its memo names, if that invoice exists.
-INSERT INTO payments (transaction_hash, payment_id, paging_token, invoice_id, amount_cents, asset_code,
-                      memo, poller, fence_token, paid_at)
-VALUES (%(transaction_hash)s, %(payment_id)s, %(paging_token)s,
-        (SELECT id FROM invoices WHERE id = %(memo)s), %(amount_cents)s, %(asset_code)s, %(memo)s,
-        %(poller)s, %(token)s, %(created_at)s)
-ON CONFLICT (transaction_hash) DO NOTHING
-RETURNING transaction_hash, invoice_id;
+-- In: the payment's fields, its verdict, poller, token. Out: a row if the
+-- payment is new. The operation id is the key: a payment seen again records
+-- nothing, while several payments of one transaction are each recorded.
+INSERT INTO payments (payment_id, transaction_hash, paging_token, operation_type, to_account, tenant_id,
+                      asset_code, asset_issuer, amount, amount_cents, memo, invoice_id, outcome, reason, late,
+                      poller, fence_token, paid_at)
+VALUES (%(payment_id)s, %(transaction_hash)s, %(paging_token)s, %(operation_type)s, %(to_account)s,
+        %(tenant)s, %(asset_code)s, %(asset_issuer)s, %(amount)s, %(amount_cents)s, %(memo)s, %(invoice_id)s,
+        %(outcome)s, %(reason)s, %(late)s, %(poller)s, %(token)s, %(paid_at)s)
+ON CONFLICT (payment_id) DO NOTHING
+RETURNING payment_id;
+
+-- name: record_payment_event --
+-- In: payment_id, tenant, invoice_id, kind, detail (json). The activity event
+-- of a payment that needs a person's eye (unmatched, partial, overpaid, late).
+INSERT INTO activity_events (event_key, tenant_id, invoice_id, kind, detail)
+VALUES (%(kind)s || ':' || %(payment_id)s, %(tenant)s, %(invoice_id)s, %(kind)s, %(detail)s::jsonb)
+ON CONFLICT (event_key) DO NOTHING;
 
 -- name: mark_paid --
--- In: invoice_id, job, token. Out: the invoice if it moved to `paid` in this
--- statement: it was open or overdue and its payments now cover the amount.
--- The history row and activity event come from the transition's RETURNING only.
+-- In: invoice_id, paid_at (the completing payment's ledger time), job, token.
+-- Out: the invoice if it moved to `paid` in this statement: it was open or
+-- overdue and its credited payments now cover the amount. The history row and
+-- activity event come from the transition's RETURNING only.
 WITH covered AS MATERIALIZED (
     SELECT i.id, i.status AS from_status FROM invoices i
      WHERE i.id = %(invoice_id)s AND i.status IN ('open', 'overdue')
-       AND (SELECT coalesce(sum(p.amount_cents), 0) FROM payments p WHERE p.invoice_id = i.id)
-           >= i.amount_cents
+       AND (SELECT coalesce(sum(p.amount_cents), 0) FROM payments p
+             WHERE p.invoice_id = i.id AND p.outcome <> 'unmatched') >= i.amount_cents
        FOR UPDATE
 ), paid AS (
     UPDATE invoices i
-       SET status = 'paid', paid_at = now(), updated_at = now()
+       SET status = 'paid', paid_at = %(paid_at)s, updated_at = now()
       FROM covered c
      WHERE i.id = c.id AND i.status = c.from_status
     RETURNING i.id, i.tenant_id, i.amount_cents, i.currency, i.paid_at, c.from_status
@@ -57,7 +82,7 @@ WITH covered AS MATERIALIZED (
 ), activity AS (
     INSERT INTO activity_events (event_key, tenant_id, invoice_id, kind, detail)
     SELECT 'invoice.paid:' || id, tenant_id, id, 'invoice.paid',
-           jsonb_build_object('amount_cents', amount_cents, 'currency', currency)
+           jsonb_build_object('amount_cents', amount_cents, 'currency', currency, 'paid_at', paid_at)
       FROM paid
     ON CONFLICT (event_key) DO NOTHING
 )

@@ -1,67 +1,105 @@
 """A client for a Horizon-style payments API: ``GET {base}/payments?cursor=…&
-order=asc&limit=N`` returns ``{"_embedded": {"records": [...]}, "_links": …}``;
-each record has ``id``, ``paging_token``, ``transaction_hash`` (unique),
-``amount`` (decimal string), ``asset_code``, ``memo`` and ``created_at``.
+order=asc&limit=N`` returns ``{"_embedded": {"records": [...]}, "_links": …}``,
+one record per operation of an account's payment history, oldest first.
+
+- Payment records (``payment``, ``path_payment_strict_receive``,
+  ``path_payment_strict_send``) carry ``id`` (the operation id: unique even
+  when one transaction holds several payments), ``paging_token``,
+  ``transaction_hash``, ``from``, ``to``, ``asset_type``/``asset_code``/
+  ``asset_issuer`` and ``amount``. For a path payment those describe what the
+  recipient RECEIVED; ``source_amount``/``source_asset_*`` what the sender spent.
+- Other records (``create_account``, ``account_merge``, …) and operations of
+  failed transactions moved no payment: they are skipped, and the cursor moves
+  past them.
+
 Paging follows the last record's ``paging_token`` (what Horizon's ``next``
-link carries), so the client never requests a URL the server chose."""
+link carries), so the client never requests a URL the server chose. Whether
+the page was full is decided on the records returned, before any is skipped.
+"""
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import requests
+import urllib3
+
+from .assets import Asset
 
 CONNECT_TIMEOUT = 3.05
 READ_TIMEOUT = 10.0
+MAX_BODY_BYTES = 16 * 1024 * 1024
+PAYMENT_TYPES = frozenset({"payment", "path_payment_strict_receive", "path_payment_strict_send",
+                           "path_payment"})  # path_payment: Horizon's name before protocol 12
 
 
 class PaymentsApiError(Exception):
-    """The payments API could not be reached or answered something unusable."""
+    """The payments API could not be reached, took too long, or answered something unusable."""
 
 
 @dataclass(frozen=True)
 class Payment:
-    payment_id: str
+    payment_id: str  # the operation id
     paging_token: str
     transaction_hash: str
-    amount_cents: int
-    asset_code: str
+    operation_type: str
+    to_account: str
+    asset: Asset
+    amount: Decimal  # what the recipient received, in units of ``asset``
     memo: str | None
-    created_at: datetime | None
+    created_at: datetime  # the ledger's close time
 
 
 @dataclass(frozen=True)
 class Page:
-    payments: list[Payment]
+    payments: list[Payment]  # payment operations of successful transactions
+    skipped: int  # records that moved no payment (other types, failed transactions)
     next_cursor: str  # the last record's paging_token, or the cursor asked for if empty
+    full: bool  # as many records as asked for: there may be more
 
 
-def _cents(amount: str) -> int:
-    """Whole cents, rounded down: a sub-cent remainder never credits an invoice
-    with more than was paid (and never blocks the poller on one odd record)."""
+def _amount(text: Any) -> Decimal:
     try:
-        return int((Decimal(amount) * 100).to_integral_value(rounding=ROUND_FLOOR))
-    except (InvalidOperation, TypeError) as exc:
-        raise PaymentsApiError(f"amount {amount!r} is not a decimal number") from exc
+        amount = Decimal(str(text))
+    except InvalidOperation as exc:
+        raise PaymentsApiError(f"amount {text!r} is not a decimal number") from exc
+    if not amount.is_finite() or amount < 0:
+        raise PaymentsApiError(f"amount {text!r} is not a non-negative decimal number")
+    return amount
+
+
+def _asset(record: dict[str, Any]) -> Asset:
+    if record.get("asset_type") == "native":
+        return Asset.native()
+    return Asset(str(record["asset_code"]), str(record["asset_issuer"]))
 
 
 def _payment(record: dict[str, Any]) -> Payment:
     try:
-        created = record.get("created_at")
         return Payment(
             payment_id=str(record["id"]),
             paging_token=str(record["paging_token"]),
             transaction_hash=str(record["transaction_hash"]),
-            amount_cents=_cents(str(record["amount"])),
-            asset_code=str(record.get("asset_code") or "XLM"),
+            operation_type=str(record["type"]),
+            to_account=str(record["to"]),
+            asset=_asset(record),
+            amount=_amount(record["amount"]),
             memo=str(record["memo"]) if record.get("memo") else None,
-            created_at=datetime.fromisoformat(created) if created else None,
+            created_at=datetime.fromisoformat(str(record["created_at"])),
         )
     except (KeyError, ValueError) as exc:
-        raise PaymentsApiError(f"malformed payment record (id {record.get('id')!r}): {exc}") from exc
+        raise PaymentsApiError(f"malformed payment record (id {record.get('id')!r}): {exc!r}") from exc
+
+
+def is_payment(record: dict[str, Any]) -> bool:
+    """A payment operation of a successful transaction (Horizon lists failed
+    transactions' operations too; they moved no money)."""
+    return record.get("type") in PAYMENT_TYPES and record.get("transaction_successful", True) is not False
 
 
 class PaymentsClient:
@@ -71,25 +109,52 @@ class PaymentsClient:
         self._session = session or requests.Session()
         self._timeout = timeout
 
-    def page(self, cursor: str, limit: int = 200) -> Page:
-        """The payments after ``cursor``, oldest first. Raises PaymentsApiError."""
-        params = {"cursor": cursor, "order": "asc", "limit": str(limit)}
+    def page(self, cursor: str, limit: int = 200, *, timeout: float | None = None) -> Page:
+        """The records after ``cursor``, oldest first. The whole request (connect,
+        headers, body) ends within about ``timeout`` seconds (None: the client's
+        connect + read timeouts). Raises PaymentsApiError."""
+        records = self._records({"cursor": cursor, "order": "asc", "limit": str(limit)}, timeout)
+        payments = [_payment(r) for r in records if is_payment(r)]
         try:
-            response = self._session.get(self._url, params=params, timeout=self._timeout,
-                                         allow_redirects=False)
-            response.raise_for_status()
-            body = response.json()
-        except requests.RequestException as exc:
+            next_cursor = str(records[-1]["paging_token"]) if records else cursor
+        except (KeyError, TypeError) as exc:
+            raise PaymentsApiError(f"GET {self._url}: the last record has no paging_token") from exc
+        return Page(payments=payments, skipped=len(records) - len(payments), next_cursor=next_cursor,
+                    full=len(records) >= limit)
+
+    def _records(self, params: dict[str, str], timeout: float | None) -> list[dict[str, Any]]:
+        connect, read = self._timeout
+        total = connect + read if timeout is None else timeout
+        deadline = time.monotonic() + total
+        try:
+            with self._session.get(self._url, params=params, stream=True, allow_redirects=False,
+                                   timeout=(min(connect, total), min(read, total))) as response:
+                response.raise_for_status()
+                body = _read_until(response, deadline)
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             raise PaymentsApiError(f"GET {self._url} failed: {exc}") from exc
+        try:
+            parsed = json.loads(body)
         except ValueError as exc:
             raise PaymentsApiError(f"GET {self._url}: the answer is not JSON") from exc
-        records = (body.get("_embedded") or {}).get("records") if isinstance(body, dict) else None
-        if not isinstance(records, list):
+        records = (parsed.get("_embedded") or {}).get("records") if isinstance(parsed, dict) else None
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise PaymentsApiError(f"GET {self._url}: no _embedded.records list in the answer")
-        # Horizon lists failed transactions' operations too; they moved no money.
-        payments = [_payment(r) for r in records if r.get("transaction_successful", True) is not False]
-        next_cursor = str(records[-1]["paging_token"]) if records else cursor
-        return Page(payments=payments, next_cursor=next_cursor)
+        return records
 
     def close(self) -> None:
         self._session.close()
+
+
+def _read_until(response: requests.Response, deadline: float) -> bytes:
+    """The body, read as it arrives; each read waits at most the read timeout,
+    and a body still arriving at ``deadline`` is abandoned (a server trickling
+    bytes cannot hold the run)."""
+    body = bytearray()
+    while chunk := response.raw.read1(65536, decode_content=True):
+        body += chunk
+        if time.monotonic() > deadline:
+            raise PaymentsApiError(f"GET {response.url}: the answer took longer than its deadline")
+        if len(body) > MAX_BODY_BYTES:
+            raise PaymentsApiError(f"GET {response.url}: the answer is larger than {MAX_BODY_BYTES} bytes")
+    return bytes(body)

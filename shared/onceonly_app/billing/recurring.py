@@ -1,15 +1,21 @@
 """The recurring-billing job: one invoice per schedule and period, including
-every period a schedule missed (catch-up), never one per run. Idempotent by the
-unique (schedule_id, period_key): a second generation, concurrent or later,
-inserts nothing. Also fenced by the tick's token, like every job's writes, so a
-run that lost its tick commits nothing at all (not even an invoice the newer
-run has not reached yet, or one an operator removed since)."""
+every period a schedule missed (catch-up), never one per run, and none for a
+period that started while the schedule was paused.
+
+The work goes in bounded batches (``schedules`` schedules, ``max_periods``
+periods each), each one transaction fenced by the tick's token: a long
+catch-up commits as it goes, a run near its deadline stops between batches
+(RunOutOfTimeError: the tick's retry continues from the high-water marks), and
+a run paused past its lease commits nothing once a newer run stamped. The
+unique (schedule_id, period_key) keeps a second generation a no-op."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -17,28 +23,36 @@ from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
 from . import outbox
-from .ticks import TickFence
+from .budget import Budget
+from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
-MAX_PERIODS_PER_RUN = 366  # per schedule; a longer gap is caught up over the next ticks
+SCHEDULES_PER_BATCH = 200
+PERIODS_PER_BATCH = 31  # per schedule; a longer gap continues in the next batch
 
 
 @dataclass(frozen=True)
 class RecurringResult:
     generated: int
+    batches: int
 
 
-def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None,
-        max_periods: int = MAX_PERIODS_PER_RUN) -> RecurringResult:
+def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, schedules: int = SCHEDULES_PER_BATCH,
+        max_periods: int = PERIODS_PER_BATCH, budget: Budget | None = None) -> RecurringResult:
     """Generate the invoices of every period that started on or before the
-    tick's day (UTC), with their activity events and e-mails, in one transaction.
-    Raises FencedError (a LeaseLostError) if a newer run of the tick stamped
-    first: nothing is generated."""
-    fence = TickFence(pool, tick)
-    fence.stamp()
-    params = {"as_of": tick.scheduled_time.date(), "tenant": tenant, "max_periods": max_periods}
-    with fence.transaction() as conn, conn.cursor(row_factory=dict_row) as cur:
-        created = cur.execute(SQL["generate_due_invoices"], params).fetchall()
-        outbox.enqueue(conn, [outbox.new_invoice_email(row) for row in created])
-    fence.finish({"generated": len(created)})
-    return RecurringResult(generated=len(created))
+    tick's day (UTC), with their activity events and e-mails. Raises
+    FencedError if a newer run of the tick stamped, RunOutOfTimeError if the
+    budget ran low with periods still due."""
+    params = {"as_of": tick.scheduled_time.date(), "tenant": tenant, "schedules": schedules,
+              "max_periods": max_periods}
+
+    def batch(conn: psycopg.Connection[Any]) -> tuple[int, bool]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            created = cur.execute(SQL["generate_batch"], params).fetchall()
+            outbox.enqueue(conn, [outbox.new_invoice_email(row) for row in created])
+            more = cur.execute(SQL["any_due"], params).fetchone() is not None
+        return len(created), more
+
+    done = run_fenced_batches(pool, tick, batch, budget=budget,
+                              result_key="generated")
+    return RecurringResult(generated=done.done, batches=done.batches)

@@ -1,33 +1,57 @@
--- name: generate_due_invoices --
--- In: as_of (date: the tick's day, UTC), tenant (text or NULL = all),
--- max_periods (periods looked at per schedule and run). Out: the invoices
--- created by this statement.
--- Period k of a schedule starts at anchor + k * cadence (computed from the
--- anchor, so monthly periods do not drift: Jan 31, Feb 28, Mar 31). Every
--- period from next_period up to as_of is due: a schedule that missed runs gets
--- one invoice per missed period. The unique (schedule_id, period_key) makes a
--- second generation, concurrent or later, a no-op; the activity event is
--- written only for invoices this statement created; next_period only moves up.
-WITH periods AS MATERIALIZED (
+-- The recurring-billing job's statements. Period k of a schedule starts at
+-- billing_period_start(anchor, cadence, k); next_period is the high-water mark
+-- (the first period not yet generated) and next_period_start its start date, a
+-- generated column with a partial index, so the due schedules are found by one
+-- index range scan: a run costs what is due, not schedules x periods.
+
+-- name: generate_batch --
+-- In: as_of (date: the tick's day, UTC), tenant (text or NULL = all), schedules
+-- (schedules per batch), max_periods (periods per schedule and batch). Out: the
+-- invoices created by this statement, with their due day.
+-- Each picked schedule gets one invoice per due period from next_period on (a
+-- schedule that missed runs gets one per missed period), except periods that
+-- start inside a pause (billing_schedule_pauses): those are skipped for good.
+-- The unique (schedule_id, period_key) makes a second generation, concurrent
+-- or later, a no-op; the activity event is written only for invoices this
+-- statement created; next_period only moves up, past skipped periods too.
+-- due_at is 00:00 of the due day in the tenant's time zone (UTC by default).
+WITH picked AS MATERIALIZED (
+    SELECT id FROM billing_schedules
+     WHERE active AND next_period_start <= %(as_of)s::date
+       AND (ends_on IS NULL OR next_period_start <= ends_on)
+       AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
+     ORDER BY next_period_start, id
+     LIMIT %(schedules)s
+       FOR UPDATE SKIP LOCKED
+), periods AS MATERIALIZED (
+    -- at most the periods up to as_of (a month is at least 28 days) and max_periods
     SELECT s.id AS schedule_id, s.tenant_id, s.customer_email, s.amount_cents, s.currency, s.due_days,
-           s.ends_on, p.k,
-           (s.anchor + p.k * CASE s.cadence WHEN 'daily' THEN interval '1 day'
-                                            WHEN 'weekly' THEN interval '7 days'
-                                            ELSE interval '1 month' END)::date AS period_start
-      FROM billing_schedules s
-     CROSS JOIN LATERAL generate_series(s.next_period, s.next_period + %(max_periods)s - 1) AS p(k)
-     WHERE s.active AND (%(tenant)s::text IS NULL OR s.tenant_id = %(tenant)s::text)
+           s.ends_on, coalesce(t.time_zone, 'UTC') AS time_zone, p.k,
+           billing_period_start(s.anchor, s.cadence, p.k) AS period_start
+      FROM picked
+      JOIN billing_schedules s ON s.id = picked.id
+      LEFT JOIN billing_tenants t ON t.tenant_id = s.tenant_id
+     CROSS JOIN LATERAL generate_series(
+           s.next_period,
+           s.next_period - 1 + least(%(max_periods)s::integer,
+               (%(as_of)s::date - s.next_period_start)
+                 / CASE s.cadence WHEN 'daily' THEN 1 WHEN 'weekly' THEN 7 ELSE 28 END + 1)) AS p(k)
 ), due AS MATERIALIZED (
     SELECT * FROM periods
      WHERE period_start <= %(as_of)s::date AND (ends_on IS NULL OR period_start <= ends_on)
+), billable AS (
+    SELECT * FROM due d
+     WHERE NOT EXISTS (SELECT 1 FROM billing_schedule_pauses p
+                        WHERE p.schedule_id = d.schedule_id AND d.period_start >= p.paused_on
+                          AND (p.resumed_on IS NULL OR d.period_start < p.resumed_on))
 ), created AS (
     INSERT INTO invoices (id, tenant_id, customer_email, amount_cents, currency, status, due_at,
                           schedule_id, period_key)
     SELECT 'inv_' || left(md5(schedule_id || '/' || to_char(period_start, 'YYYY-MM-DD')), 24),
            tenant_id, customer_email, amount_cents, currency, 'open',
-           (period_start + due_days)::timestamp AT TIME ZONE 'UTC',
+           (period_start + due_days)::timestamp AT TIME ZONE time_zone,
            schedule_id, to_char(period_start, 'YYYY-MM-DD')
-      FROM due
+      FROM billable
     ON CONFLICT (schedule_id, period_key) DO NOTHING
     RETURNING id, tenant_id, customer_email, amount_cents, currency, due_at, schedule_id, period_key
 ), activity AS (
@@ -43,5 +67,18 @@ WITH periods AS MATERIALIZED (
       FROM (SELECT schedule_id, max(k) + 1 AS next_period FROM due GROUP BY schedule_id) d
      WHERE s.id = d.schedule_id AND s.next_period < d.next_period
 )
-SELECT id, tenant_id, customer_email, amount_cents, currency, due_at, schedule_id, period_key
-  FROM created ORDER BY schedule_id, period_key;
+SELECT c.id, c.tenant_id, c.customer_email, c.amount_cents, c.currency, c.due_at, c.schedule_id, c.period_key,
+       b.period_start + b.due_days AS due_on
+  FROM created c
+  JOIN billable b ON b.schedule_id = c.schedule_id AND to_char(b.period_start, 'YYYY-MM-DD') = c.period_key
+ ORDER BY c.schedule_id, c.period_key;
+
+-- name: any_due --
+-- In: as_of, tenant. Out: a row if some schedule still has a due period that
+-- no other transaction is working on (SKIP LOCKED: their holder generates them).
+SELECT 1 FROM billing_schedules
+ WHERE active AND next_period_start <= %(as_of)s::date
+   AND (ends_on IS NULL OR next_period_start <= ends_on)
+   AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
+ LIMIT 1
+   FOR UPDATE SKIP LOCKED;

@@ -20,14 +20,18 @@ from psycopg_pool import ConnectionPool
 
 from onceonly.stores.sqlfile import load_queries
 
+from .aws import CALL_SECONDS
+from .budget import Budget
+
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100
 SQS_BATCH = 10  # SendMessageBatch takes at most 10 entries
 
 
-def invoice_paid_event_id(transaction_hash: str) -> str:
-    """Stable per payment, so a re-sent event dedupes at the dispatcher."""
-    return "evt_" + hashlib.sha256(f"invoice.paid:{transaction_hash}".encode()).hexdigest()[:32]
+def invoice_paid_event_id(invoice_id: str) -> str:
+    """Stable per invoice (an invoice is paid once), so a re-sent event dedupes
+    at the dispatcher, and two invoices paid by one transaction get two events."""
+    return "evt_" + hashlib.sha256(f"invoice.paid:{invoice_id}".encode()).hexdigest()[:32]
 
 
 def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenant_id: str,
@@ -41,12 +45,15 @@ def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenan
 class FlushResult:
     sent: int = 0
     failed: int = 0  # left unsent for the next flush
+    out_of_time: bool = False  # stopped near the invocation's deadline; the next flush goes on
 
 
 def flush(pool: ConnectionPool, sqs: Any, queue_url: str, *, tenant: str | None = None,
-          log: Any = None) -> FlushResult:
-    """Send every unsent outbox row to SQS and mark it sent, batch by batch.
-    Rows SQS did not take stay unsent and go out with the next flush."""
+          budget: Budget | None = None, log: Any = None) -> FlushResult:
+    """Send every unsent outbox row to SQS and mark it sent, batch by batch,
+    while the budget covers one more SQS call (``sqs`` is a client with bounded
+    timeouts: aws.bounded_client). Rows not sent stay for the next flush."""
+    budget = budget or Budget.unlimited()
     result = FlushResult()
     while True:
         # Leaving the block normally commits the marks; the row locks keep a
@@ -54,6 +61,9 @@ def flush(pool: ConnectionPool, sqs: Any, queue_url: str, *, tenant: str | None 
         with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(SQL["lock_unsent"], {"tenant": tenant, "limit": FLUSH_BATCH}).fetchall()
             for start in range(0, len(rows), SQS_BATCH):
+                if not budget.allows(CALL_SECONDS):
+                    result.out_of_time = True
+                    return result
                 sent = _send_batch(sqs, queue_url, rows[start:start + SQS_BATCH], log)
                 if sent:
                     cur.executemany(SQL["mark_sent"], [{"event_id": r["event_id"], "webhook_id": r["webhook_id"]}

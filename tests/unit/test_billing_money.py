@@ -1,0 +1,70 @@
+"""Money by the currency's minor unit, and which assets pay which currency."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+import onceonly
+from onceonly_app.billing.assets import AcceptedAssets, Asset
+from onceonly_app.billing.config import PaymentWatcherSettings
+from onceonly_app.billing.money import format_money, to_minor
+from onceonly_cli.fake_payments import random_account
+
+ISSUER = random_account()
+
+
+@pytest.mark.parametrize(("minor", "currency", "shown"), [
+    (123456, "USD", "1,234.56 USD"),
+    (123456, "JPY", "123,456 JPY"),  # no minor unit: yen, not hundredths of a yen
+    (123456, "KWD", "123.456 KWD"),  # three places: fils
+    (5, "EUR", "0.05 EUR"),
+    (10**17 + 1, "USD", "1,000,000,000,000,000.01 USD"),  # a float would round the last cent away
+])
+def test_money_is_formatted_by_the_currencys_minor_unit(minor: int, currency: str, shown: str) -> None:
+    assert format_money(minor, currency) == shown
+
+
+@pytest.mark.parametrize(("amount", "currency", "minor"), [
+    ("12.3456789", "USD", 1234), ("1500.9", "JPY", 1500), ("1.2345", "KWD", 1234), ("0.0000001", "USD", 0),
+    ("0.1", "USD", 10),
+])
+def test_amounts_convert_to_whole_minor_units_rounding_down(amount: str, currency: str, minor: int) -> None:
+    assert to_minor(Decimal(amount), currency) == minor
+
+
+def test_accepted_assets_are_code_and_issuer_per_currency() -> None:
+    other = random_account()
+    accepted = AcceptedAssets.parse(f"USD=USDC:{ISSUER}, USD=USD:{other} EUR=EURC:{ISSUER} XLM=native")
+    assert accepted.currency_of(Asset("USDC", ISSUER)) == "USD"
+    assert accepted.currency_of(Asset("USD", other)) == "USD"
+    assert accepted.currency_of(Asset("USD", ISSUER)) is None  # the right code from the wrong issuer
+    assert accepted.currency_of(Asset("EURC", ISSUER)) == "EUR"
+    assert accepted.currency_of(Asset.native()) == "XLM"
+
+
+@pytest.mark.parametrize(("text", "complaint"), [
+    ("", "no accepted assets"),
+    ("USDC", "CURRENCY=ASSET"),
+    ("usd=native", "CURRENCY=ASSET"),
+    ("USD=USDC", "CODE:ISSUER"),  # no issuer: anyone could issue it
+    ("USD=USDC:GNOTANACCOUNT", "CODE:ISSUER"),
+    (f"USD=USDC:{ISSUER} EUR=USDC:{ISSUER}", "one currency"),
+])
+def test_bad_accepted_assets_are_config_errors(text: str, complaint: str) -> None:
+    with pytest.raises(onceonly.ConfigError, match=complaint):
+        AcceptedAssets.parse(text)
+
+
+def test_the_watcher_requires_accepted_assets_and_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAYMENTS_API_URL", "http://127.0.0.1:1/")
+    monkeypatch.setenv("WEBHOOK_QUEUE_URL", "http://127.0.0.1:1/queue")
+    monkeypatch.delenv("PAYMENTS_ACCEPTED_ASSETS", raising=False)
+    with pytest.raises(onceonly.ConfigError, match="PAYMENTS_ACCEPTED_ASSETS"):
+        PaymentWatcherSettings.from_env()
+    monkeypatch.setenv("PAYMENTS_ACCEPTED_ASSETS", "USD=USD")
+    with pytest.raises(onceonly.ConfigError, match="PAYMENTS_ACCEPTED_ASSETS: asset 'USD'"):
+        PaymentWatcherSettings.from_env()
+    monkeypatch.setenv("PAYMENTS_ACCEPTED_ASSETS", f"USD=USD:{ISSUER}")
+    assert PaymentWatcherSettings.from_env().accepted_assets.currency_of(Asset("USD", ISSUER)) == "USD"
