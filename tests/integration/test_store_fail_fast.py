@@ -18,8 +18,8 @@ import pytest
 
 import onceonly
 from onceonly.stores.pgpool import bounded_pool
-from tests.support.jobs_workers import REPO
 from tests.support.faultproxy import FaultProxy
+from tests.support.jobs_workers import REPO
 from tests.support.proxied import target_port, through
 
 TIMEOUT = 1.0  # the store's bound, scaled down from the default 10 s

@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly.stores.postgres import PostgresStore
 from onceonly_cli.servers import free_port
 
 
