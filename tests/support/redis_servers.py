@@ -38,19 +38,25 @@ class RedisProcess:
             os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
 
+    def reset_stats(self) -> None:
+        with self.client() as client:
+            client.config_resetstat()
+
     def evalsha_calls(self) -> int:
-        stats = self.client().info("commandstats")
+        """EVALSHA commands the server ran since it started or reset_stats()."""
+        with self.client() as client:
+            stats = client.info("commandstats")
         return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
     def replicate(self, primary_port: int) -> None:
         """Become a replica of 127.0.0.1:primary_port and wait until the initial sync is done."""
-        client = self.client()
-        client.replicaof("127.0.0.1", primary_port)
-        deadline = time.monotonic() + SYNC_TIMEOUT
-        while client.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"replica on {self.port} did not sync with {primary_port}")
-            time.sleep(0.05)
+        with self.client() as client:
+            client.replicaof("127.0.0.1", primary_port)
+            deadline = time.monotonic() + SYNC_TIMEOUT
+            while client.info("replication").get("master_link_status") != "up":
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"replica on {self.port} did not sync with {primary_port}")
+                time.sleep(0.05)
 
 
 @contextmanager
