@@ -59,6 +59,22 @@ class RedisProcess:
                 time.sleep(0.05)
 
 
+    def promote(self) -> None:
+        """REPLICAOF NO ONE: the failover step a Sentinel or ElastiCache would take."""
+        with self.client() as client:
+            client.replicaof("NO", "ONE")
+
+    def caught_up_with(self, primary: RedisProcess) -> None:
+        """Wait until this replica has applied everything ``primary`` has written so far."""
+        with primary.client() as source, self.client() as client:
+            target = int(source.info("replication")["master_repl_offset"])
+            deadline = time.monotonic() + SYNC_TIMEOUT
+            while int(client.info("replication").get("slave_repl_offset", -1)) < target:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"replica on {self.port} did not reach offset {target}")
+                time.sleep(0.05)
+
+
 @contextmanager
 def private_redis() -> Iterator[RedisProcess]:
     """A fresh redis-server on a free loopback port, nothing persisted."""
@@ -66,7 +82,9 @@ def private_redis() -> Iterator[RedisProcess]:
         port = free_port()
         process = subprocess.Popen(
             [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-             "--appendonly", "no", "--dir", workdir],
+             "--appendonly", "no", "--dir", workdir,
+             # a replica's first sync starts at once, not after 5 s of waiting for others
+             "--repl-diskless-sync-delay", "0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         server = RedisProcess(port, process)
