@@ -132,8 +132,8 @@ def _whole_number(options: Mapping[str, str], name: str, default: int, minimum: 
     try:
         value = int(raw)
     except ValueError:
-        value = minimum - 1
-    if value < minimum:
+        value = None
+    if value is None or value < minimum:
         raise ConfigError(f"redis option {name} must be a whole number >= {minimum}, got {raw!r}")
     return value
 
