@@ -17,7 +17,7 @@ import onceonly
 from tests.support.faultproxy import FaultProxy
 from tests.support.redis_servers import RedisProcess, private_redis
 
-DURABLE = "wait_replicas=1&wait_timeout_ms=300"
+DURABLE = "wait_replicas=1&wait_timeout_ms=1000"
 
 
 @pytest.fixture

@@ -49,11 +49,15 @@ class RedisProcess:
         return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
     def replicate(self, primary_port: int) -> None:
-        """Become a replica of 127.0.0.1:primary_port and wait until the initial sync is done."""
-        with self.client() as client:
+        """Become a replica of 127.0.0.1:primary_port and wait until the initial
+        sync is done on both sides (the primary counts it for WAIT only once it
+        is "online")."""
+        with self.client() as client, redis.Redis(host="127.0.0.1", port=primary_port,
+                                                  socket_timeout=5, decode_responses=True) as primary:
             client.replicaof("127.0.0.1", primary_port)
             deadline = time.monotonic() + SYNC_TIMEOUT
-            while client.info("replication").get("master_link_status") != "up":
+            while not (client.info("replication").get("master_link_status") == "up"
+                       and primary.info("replication").get("slave0", {}).get("state") == "online"):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"replica on {self.port} did not sync with {primary_port}")
                 time.sleep(0.05)

@@ -36,12 +36,6 @@ def timeout_from(options: Mapping[str, str]) -> float:
     return seconds
 
 
-def halves(total: float) -> tuple[float, float]:
-    """(time to get a working connection, time to wait for one reply): an
-    operation needs at most one of each, so together they stay within ``total``."""
-    return total / 2, total / 2
-
-
 def dynamodb_budget(total: float) -> tuple[int, float, float]:
     """(attempts, connect timeout, read timeout) for botocore, so that every
     attempt plus the backoff between them fits within ``total``. Two attempts
