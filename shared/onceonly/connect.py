@@ -15,8 +15,12 @@ def connect(url: str) -> Store:
     """Open a store from a URL:
 
     - ``postgresql://user@host:5432/db`` (psycopg 3 pool)
-    - ``redis://host:6379/0`` or ``rediss://…`` (redis-py; ``?prefix=`` changes the key prefix)
+    - ``redis://host:6379/0`` or ``rediss://…`` (redis-py; ``?prefix=`` changes the key
+      prefix, ``?wait_replicas=1&wait_timeout_ms=500`` turns on durable mode)
     - ``dynamodb://TABLE?region=us-east-1&endpoint_url=http://127.0.0.1:4567&shards=8``
+
+    Every scheme takes ``?timeout=SECONDS`` (default 10): an operation on a store
+    that stops answering raises StoreUnavailableError within it.
 
     Raises ConfigError for a malformed URL or unknown scheme. Connections are opened
     lazily; an unreachable server surfaces as StoreUnavailableError on first use.

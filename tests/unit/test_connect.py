@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly.stores.postgres import PostgresStore
 from onceonly_cli.servers import free_port
 
 
@@ -38,12 +37,12 @@ def test_bad_urls_are_config_errors(url: object, message: str) -> None:
 def test_unreachable_store_is_store_unavailable_with_cause(scheme: str) -> None:
     port = free_port()  # bound and released: nothing listens there
     url = {
-        "postgresql": f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=1",
+        "postgresql": f"postgresql://postgres@127.0.0.1:{port}/test?timeout=2",
         "redis": f"redis://127.0.0.1:{port}/0",
         "dynamodb": f"dynamodb://tbl?region=us-east-1&endpoint_url=http://127.0.0.1:{port}",
     }[scheme]
-    # a short pool timeout keeps the PostgreSQL case fast; the others fail at once
-    store = PostgresStore.from_url(url, timeout=2.0) if scheme == "postgresql" else onceonly.connect(url)
+    # a short timeout keeps the PostgreSQL case fast; the others fail at once
+    store = onceonly.connect(url)
     with pytest.raises(onceonly.StoreUnavailableError) as caught:
         store.acquire("anything", ttl=5)
     assert caught.value.__cause__ is not None

@@ -58,17 +58,26 @@ def test_every_script_file_documents_its_interface() -> None:
         assert not re.search(r"""['"]\w*:\{""", source), f"redis_{name}.lua builds a key name itself"
 
 
-def test_scripts_registered_once_per_store_and_run_by_sha(store: RedisStore, client: CountingClient) -> None:
+def test_scripts_registered_once_per_store_and_run_by_sha(
+    store: RedisStore, client: CountingClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[str] = []
+    connection_class = client.connection_pool.connection_class
+    pack = connection_class.pack_commands
+    monkeypatch.setattr(connection_class, "pack_commands",
+                        lambda conn, commands: sent.extend(str(c[0]) for c in commands) or pack(conn, commands))
     assert client.registered == len(SCRIPT_NAMES)
-    lease = store.acquire("job", ttl=5)
-    assert lease is not None
-    queue = store.queue("q")
-    queue.put("a")
-    (claim,) = queue.claim(limit=5, lease=5)
-    assert queue.ack(claim) is True
+    for _ in range(2):
+        lease = store.acquire(f"job-{_}", ttl=5)
+        assert lease is not None
+        queue = store.queue("q")
+        queue.put("a")
+        (claim,) = queue.claim(limit=5, lease=5)
+        assert queue.ack(claim) is True
     assert client.registered == len(SCRIPT_NAMES)  # queues reuse the store's scripts
-    assert "EVAL" not in client.commands
-    assert "EVALSHA" in client.commands
+    assert set(sent) == {"EVALSHA"}
+    # each script is loaded once, on the first NOSCRIPT, then run by its SHA
+    assert client.commands == ["SCRIPT LOAD"] * 4
 
 
 def test_keys_carry_the_prefix_and_one_hash_tag_per_queue(

@@ -27,10 +27,11 @@ Assumptions worth knowing:
   depth() is an estimate for the same reason.
 - Shards. Every process using a queue must use the same ``shards``: items in
   shards a reader does not walk are never claimed by it.
-- Retries. botocore retries a write whose response was lost; if the first try
-  had been applied, the retry's condition fails and the call reports contention
-  (None / False) for a grant that did happen. The item or lease then comes back
-  when its lease runs out: nothing is granted twice.
+- Retries. botocore retries a request that timed out or failed (at most once,
+  sized to the URL's ``timeout``). A conditional write whose condition fails on
+  such a retry raises StoreUnavailableError instead of reporting contention:
+  the first attempt may have been applied and its reply lost, so the grant may
+  exist, held by nobody, until its lease runs out. Nothing is granted twice.
 """
 
 from __future__ import annotations
@@ -61,12 +62,13 @@ from botocore.exceptions import (
 from ..api import Claim, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, OnceOnlyError, StoreNotReadyError, StoreUnavailableError
 from . import _common as common
+from .timeouts import TIMEOUT_OPTION, dynamodb_budget, timeout_from
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SHARDS = 8
 MAX_SHARDS = 64  # claim and depth walk every shard: more would cost too many queries
-URL_OPTIONS = ("region", "endpoint_url", "shards")
+URL_OPTIONS = ("region", "endpoint_url", "shards", TIMEOUT_OPTION)
 INDEX_NAME = "due"
 # Conditional claim/ack writes issued at once; the HTTP pool is sized above it.
 MAX_CONCURRENT_WRITES = 16
@@ -150,6 +152,10 @@ def _error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _retry_attempts(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0))
+
+
 def _lease_key(name: str) -> dict[str, dict[str, str]]:
     return {"pk": _str(LEASE_PREFIX + name)}
 
@@ -190,11 +196,14 @@ def _check_endpoint(endpoint_url: str) -> str:
     return endpoint_url
 
 
-def _client_config() -> Config:
+def _client_config(timeout: float) -> Config:
+    """Timeouts and retries sized so that one request, retries and backoff
+    included, fails within ``timeout`` seconds (see timeouts.dynamodb_budget)."""
+    attempts, connect, read = dynamodb_budget(timeout)
     return Config(
-        connect_timeout=3,
-        read_timeout=5,
-        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=connect,
+        read_timeout=read,
+        retries={"mode": "standard", "total_max_attempts": attempts},
         max_pool_connections=2 * MAX_CONCURRENT_WRITES,
     )
 
@@ -228,8 +237,9 @@ class DynamoDBStore:
 
     @classmethod
     def from_url(cls, table: str, options: Mapping[str, str]) -> DynamoDBStore:
-        """Build the store for ``dynamodb://TABLE?region=…&endpoint_url=…&shards=8``;
-        ``options`` are the URL's query parameters. Raises ConfigError for an
+        """Build the store for ``dynamodb://TABLE?region=…&endpoint_url=…&shards=8&timeout=10``;
+        ``options`` are the URL's query parameters; ``timeout`` (seconds) bounds
+        each request, retries included. Raises ConfigError for an
         unknown or bad option, or when no region is given or configured."""
         unknown = sorted(set(options) - set(URL_OPTIONS))
         if unknown:
@@ -244,9 +254,10 @@ class DynamoDBStore:
             endpoint_url = _check_endpoint(endpoint_url)
         shards = _check_shards(options.get("shards", DEFAULT_SHARDS))
         table = _check_table(table)
+        config = _client_config(timeout_from(options))
         try:
             client = boto3.session.Session().client(
-                "dynamodb", region_name=region, endpoint_url=endpoint_url, config=_client_config()
+                "dynamodb", region_name=region, endpoint_url=endpoint_url, config=config
             )
         except NoRegionError as exc:
             raise ConfigError(
@@ -292,9 +303,17 @@ class DynamoDBStore:
             response: dict[str, Any] = getattr(self._client, operation)(TableName=self.table, **kwargs)
             return response
         except ClientError as exc:
-            if _error_code(exc) == "ConditionalCheckFailedException":
-                return None
-            raise self._translate(what, exc) from exc
+            if _error_code(exc) != "ConditionalCheckFailedException":
+                raise self._translate(what, exc) from exc
+            if _retry_attempts(exc):
+                # botocore sent this write again after an attempt that failed,
+                # perhaps one whose reply was lost after it was applied: the
+                # failed condition may be our own write. Say "unknown", not "no".
+                raise StoreUnavailableError(
+                    f"DynamoDB {what} on table {self.table!r}: the condition failed on a retry, so an earlier"
+                    " attempt may have been applied; what it granted expires with its ttl/lease"
+                ) from exc
+            return None
         except BotoCoreError as exc:
             raise self._translate(what, exc) from exc
 

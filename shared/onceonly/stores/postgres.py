@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 from ..api import Claim, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, StoreNotReadyError, StoreUnavailableError
 from . import _common as common
+from .pgpool import bounded_pool
 from .sqlfile import load_queries
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -41,26 +42,16 @@ class PostgresStore:
 
     kind = "postgresql"
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool, *, owns_pool: bool = False) -> None:
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any], *, owns_pool: bool = False) -> None:
         self._pool = pool
         self._owns_pool = owns_pool
 
     @classmethod
-    def from_url(cls, url: str, *, max_size: int = 4, timeout: float = 10.0) -> PostgresStore:
-        try:
-            psycopg.conninfo.conninfo_to_dict(url)
-        except psycopg.ProgrammingError as exc:
-            raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
-        pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=0,
-            max_size=max_size,
-            timeout=timeout,
-            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
-            open=True,
-            name="onceonly",
-        )
-        return cls(pool, owns_pool=True)
+    def from_url(cls, url: str, *, max_size: int = 4) -> PostgresStore:
+        """``postgresql://…?timeout=10``: every operation fails with
+        StoreUnavailableError within ``timeout`` seconds when the server stops
+        answering (see :mod:`onceonly.stores.pgpool`). libpq's own options pass through."""
+        return cls(bounded_pool(url, name="onceonly", max_size=max_size, autocommit=True), owns_pool=True)
 
     def _run(self, what: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with _translated(what), self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:

@@ -13,12 +13,25 @@ Keys (the hash-tagged part keeps every key a script touches in one cluster slot)
   attempt, owner).
 - ``{prefix}:{q:QUEUE}:inflight``: sorted set of held items scored by lease
   expiry, so depth() can tell scheduled items from in-flight ones.
+
+Each script is sent exactly once per call: the store writes it on a connection
+borrowed from the client's pool and reads the reply itself, around redis-py's
+``execute_command`` and its retry policy (``Redis()`` retries a command on a
+timeout, ten times in redis-py 8). A retried grant whose first reply was lost
+would find its own grant and report contention, leaving the name held by
+nobody until the ttl runs out. The client passed in is not changed, and its
+other commands keep their retries.
+
+Durable mode (``?wait_replicas=N&wait_timeout_ms=M``): every writing script is
+followed on the same connection by ``WAIT N M``; when fewer than N replicas
+acknowledged, the call raises StoreUnavailableError and its result (a grant, an
+ack) is not handed out. See docs/coordination.md, "Failover".
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,16 +39,19 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from ..api import Claim, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, StoreUnavailableError
 from . import _common as common
+from .timeouts import TIMEOUT_OPTION, timeout_from
 
 DEFAULT_PREFIX = "onceonly"
-# Seconds: long enough for a cold Lambda's first connect, short enough that an
-# unreachable server fails the invocation well before its own timeout.
-CONNECT_TIMEOUT = 3.0
-SOCKET_TIMEOUT = 5.0
+DEFAULT_WAIT_TIMEOUT_MS = 1000
+# URL options onceonly reads itself; the rest go to redis-py.
+STORE_OPTIONS = ("prefix", TIMEOUT_OPTION, "wait_replicas", "wait_timeout_ms")
+# Scripts that only read: no WAIT after them in durable mode.
+READ_ONLY_SCRIPTS = frozenset({"inspect", "depth"})
 
 SCRIPT_NAMES = (
     "acquire", "renew", "release", "complete", "inspect",
@@ -55,6 +71,22 @@ def _translated(what: str) -> Iterator[None]:
         raise StoreUnavailableError(f"Redis store unreachable during {what}: {exc}") from exc
     except redis.RedisError as exc:
         raise StoreUnavailableError(f"Redis store error during {what}: {exc}") from exc
+
+
+def _check_wait(client: redis.Redis, replicas: int, timeout_ms: int) -> tuple[int, int]:
+    """(replicas, timeout ms) for WAIT in durable mode (0 replicas: off). The
+    WAIT reply must come back before the client's socket timeout gives up on it."""
+    if replicas < 0 or timeout_ms < 1:
+        raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got {replicas}, {timeout_ms}")
+    if replicas == 0:
+        return replicas, timeout_ms
+    socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+    if socket_timeout is not None and timeout_ms >= socket_timeout * 1000:
+        raise ConfigError(
+            f"redis option wait_timeout_ms ({timeout_ms}) must be shorter than the socket timeout"
+            f" ({socket_timeout:g} s): raise timeout or lower wait_timeout_ms"
+        )
+    return replicas, timeout_ms
 
 
 def _milliseconds(seconds: float) -> int:
@@ -81,32 +113,48 @@ def _groups_of_four(flat: list[Any]) -> list[tuple[Any, Any, Any, Any]]:
     return [(flat[i], flat[i + 1], flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4)]
 
 
-def _split_url(url: str) -> tuple[str, str]:
-    """The URL without onceonly's own ``prefix`` option, and that prefix."""
+def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    """The URL without onceonly's own options, and those options (last one wins)."""
     try:
         parts = urlsplit(url)
         options = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError as exc:
         raise ConfigError(f"malformed Redis URL: {exc}") from exc
-    prefixes = [value for key, value in options if key == "prefix"]
-    prefix = prefixes[-1] if prefixes else DEFAULT_PREFIX
-    common.check_name(prefix, "prefix")
-    driver_query = urlencode([(key, value) for key, value in options if key != "prefix"])
-    return urlunsplit(parts._replace(query=driver_query)), prefix
+    own = {key: value for key, value in options if key in STORE_OPTIONS}
+    driver_query = urlencode([(key, value) for key, value in options if key not in STORE_OPTIONS])
+    return urlunsplit(parts._replace(query=driver_query)), own
+
+
+def _whole_number(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise ConfigError(f"redis option {name} must be a whole number >= {minimum}, got {raw!r}")
+    return value
 
 
 class RedisStore:
     """Leases and queues on Redis (or Valkey). Pass your own ``redis.Redis`` client
-    or build one with :meth:`from_url`. Keys are prefixed with ``prefix``."""
+    or build one with :meth:`from_url`. Keys are prefixed with ``prefix``.
+    ``wait_replicas`` > 0 turns on durable mode (see the module docstring)."""
 
     kind = "redis"
 
     def __init__(
-        self, client: redis.Redis, prefix: str = DEFAULT_PREFIX, *, owns_client: bool = False
+        self, client: redis.Redis, prefix: str = DEFAULT_PREFIX, *, owns_client: bool = False,
+        wait_replicas: int = 0, wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
     ) -> None:
+        if not isinstance(getattr(client, "connection_pool", None), redis.ConnectionPool):
+            raise ConfigError(f"RedisStore needs a redis.Redis client with a connection pool, got {client!r}")
         self._client = client
         self._prefix = common.check_name(prefix, "prefix")
         self._owns_client = owns_client
+        self._wait_replicas, self._wait_timeout_ms = _check_wait(client, wait_replicas, wait_timeout_ms)
         # register_script only hashes the source; the script is loaded on first
         # use (EVALSHA, then SCRIPT LOAD if the server does not know it).
         self._scripts: dict[str, Script] = {
@@ -115,20 +163,73 @@ class RedisStore:
 
     @classmethod
     def from_url(cls, url: str) -> RedisStore:
-        """``redis://host:6379/0?prefix=myapp`` or ``rediss://…``. Redis-py's own
-        URL options (e.g. ``socket_timeout``) pass through and win over the defaults."""
-        driver_url, prefix = _split_url(url)
+        """``redis://host:6379/0?prefix=myapp&timeout=10`` or ``rediss://…``; add
+        ``wait_replicas=1&wait_timeout_ms=500`` for durable mode. ``timeout``
+        (seconds) bounds every operation: half for connecting, half for the
+        reply. Redis-py's own URL options (e.g. ``socket_timeout``) pass through
+        and win over those defaults."""
+        driver_url, options = _split_url(url)
+        prefix = options.get("prefix", DEFAULT_PREFIX)
+        common.check_name(prefix, "prefix")
+        half = timeout_from(options) / 2
+        wait_replicas = _whole_number(options, "wait_replicas", 0, 0)
+        wait_timeout_ms = _whole_number(options, "wait_timeout_ms", DEFAULT_WAIT_TIMEOUT_MS, 1)
         try:
-            client = redis.Redis.from_url(
-                driver_url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=SOCKET_TIMEOUT
-            )
+            client = redis.Redis.from_url(driver_url, socket_connect_timeout=half, socket_timeout=half)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"malformed Redis URL: {exc}") from exc
-        return cls(client, prefix, owns_client=True)
+        return cls(client, prefix, owns_client=True, wait_replicas=wait_replicas,
+                   wait_timeout_ms=wait_timeout_ms)
 
     def _run(self, what: str, keys: Sequence[str], args: Sequence[str | int] = ()) -> Any:
+        script = self._scripts[what]
+        evalsha = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        durable = self._wait_replicas > 0 and what not in READ_ONLY_SCRIPTS
+        commands = [evalsha, ("WAIT", self._wait_replicas, self._wait_timeout_ms)] if durable else [evalsha]
         with _translated(what):
-            return self._scripts[what](keys=keys, args=args, client=self._client)
+            replies = self._send_once(commands)
+            if isinstance(replies[0], NoScriptError):
+                # The server does not know the script, so it did not run: load
+                # it (idempotent) and send the call again, once.
+                self._client.script_load(script.script)
+                replies = self._send_once(commands)
+            result = replies[0]
+            if isinstance(result, Exception):
+                raise result
+            if durable:
+                self._check_replicas(what, replies[1])
+            return result
+
+    def _send_once(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Send ``commands`` on one connection borrowed from the client's pool and
+        read one reply each (an error reply comes back as its exception). Never
+        resends: this bypasses redis-py's retry policy on purpose (module
+        docstring). A connection that failed mid-way is closed, not reused."""
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        return replies
+
+    def _check_replicas(self, what: str, acked: Any) -> None:
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < self._wait_replicas:
+            raise StoreUnavailableError(
+                f"Redis store: {what} was acknowledged by {int(acked)} of {self._wait_replicas} replicas"
+                f" within {self._wait_timeout_ms} ms; its result is not handed out (durable mode)"
+            )
 
     def _lease_key(self, name: str) -> str:
         return f"{self._prefix}:{{lease:{name}}}"

@@ -4,18 +4,23 @@ the domain database pool and the coordination store."""
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from psycopg_pool import ConnectionPool
 
 import onceonly
+from onceonly.stores.pgpool import bounded_pool
 
 from .settings import database_url, store_url
 
 
 @cache
-def db_pool() -> ConnectionPool:
-    """The domain PostgreSQL pool (autocommit off: callers use transactions)."""
-    return ConnectionPool(database_url(), min_size=0, max_size=2, timeout=10.0, open=True, name="appdb")
+def db_pool() -> ConnectionPool[Any]:
+    """The domain PostgreSQL pool (autocommit off: callers use transactions).
+    Bounded like the coordination store's (``?timeout=`` in DATABASE_URL, default
+    10 s): a dead database fails each statement fast, well before the Lambda's
+    own timeout, and the transaction it was in rolls back."""
+    return bounded_pool(database_url(), name="appdb", max_size=2, autocommit=False)
 
 
 @cache

@@ -1,0 +1,131 @@
+"""psycopg pools that never hang: every step of getting a connection and every
+wait for a reply has a bound, so a PostgreSQL that stops answering (a dead
+primary, a NAT that forgot the flow, a proxy that accepts bytes and never
+answers) fails the call within the URL's ``timeout`` instead of blocking a
+Lambda until its own timeout. Used by the coordination store and by the
+reference app's domain database.
+
+Given ``timeout`` T (seconds, ``?timeout=`` in the URL, default 10):
+
+- getting a connection (waiting for a free one, connecting, the check on
+  checkout) takes at most T/2: the pool's ``timeout``; ``connect_timeout`` is
+  T/2 as well (libpq rounds it to whole seconds, at least 2);
+- each wait for the server's reply takes at most T/2: on the client
+  (:class:`BoundedConnection`; TCP timeouts cannot see a peer that acknowledges
+  bytes and never answers) and on the server (``statement_timeout``);
+- TCP keepalives and ``tcp_user_timeout`` make the kernel drop a link whose
+  packets vanish, so a dead idle connection is noticed before it is used;
+- the pool checks each connection on checkout (one empty query), so one killed
+  by the server while idle in the pool is replaced instead of failing a call;
+- a failed background connect is not retried with a growing backoff (psycopg_pool's
+  default keeps trying for 5 minutes, up to a minute apart): the next call
+  starts a fresh one, so the pool recovers as soon as the server answers again.
+  A connect already in flight when the server comes back may still fail the
+  call waiting for it.
+
+Options already in the URL (``connect_timeout``, ``keepalives*``,
+``tcp_user_timeout``, ``statement_timeout`` inside ``options``) win.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.abc import PQGen
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool
+
+from ..errors import ConfigError
+from .timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, timeout_from
+
+# psycopg's own interval between checks for Ctrl-C while waiting.
+_WAIT_INTERVAL = 0.1
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A psycopg connection whose every wait for the server is bounded by
+    ``reply_timeout``. On expiry the connection is closed (its state is unknown:
+    a statement may or may not have run) and OperationalError is raised."""
+
+    reply_timeout: float = DEFAULT_TIMEOUT / 2
+
+    def wait(self, gen: PQGen[Any], interval: float = _WAIT_INTERVAL, timeout: float | None = None) -> Any:
+        bound = self.reply_timeout if timeout is None else timeout
+        try:
+            return super().wait(gen, interval, bound)
+        except pg_errors._WaitTimeout as exc:
+            self.pgconn.finish()  # as psycopg does when a cancelled query never ends
+            raise psycopg.OperationalError(
+                f"no reply from the PostgreSQL server within {bound:g} s; connection closed"
+            ) from exc
+
+
+def split_timeout(url: str) -> tuple[str, float]:
+    """The conninfo without onceonly's ``timeout`` option, and that timeout. A
+    key=value conninfo (not a URL) carries no ``timeout``: the default applies."""
+    url = url.strip()
+    if "://" not in url:
+        return url, DEFAULT_TIMEOUT
+    try:
+        parts = urlsplit(url)
+        options = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as exc:
+        raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+    timeout = timeout_from(dict(options))
+    # quote, not quote_plus: libpq does not read "+" as a space
+    driver_query = urlencode([(key, value) for key, value in options if key != TIMEOUT_OPTION], quote_via=quote)
+    return urlunsplit(parts._replace(query=driver_query)), timeout
+
+
+def bounded_conninfo(conninfo: str, timeout: float) -> str:
+    """``conninfo`` plus the connect, TCP and statement bounds it does not set."""
+    try:
+        given = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+    half = timeout / 2
+    defaults: dict[str, Any] = {
+        "connect_timeout": max(2, math.ceil(half)),
+        "keepalives": 1,
+        "keepalives_idle": max(1, math.ceil(half)),
+        "keepalives_interval": max(1, math.ceil(half / 3)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": math.ceil(half * 1000),
+    }
+    extra = {key: value for key, value in defaults.items() if key not in given}
+    options = str(given.get("options", ""))
+    if "statement_timeout" not in options:
+        extra["options"] = f"{options} -c statement_timeout={math.ceil(half * 1000)}".strip()
+    return make_conninfo(conninfo, **extra)
+
+
+def bounded_pool(
+    url: str, *, name: str, max_size: int, autocommit: bool
+) -> ConnectionPool[BoundedConnection]:
+    """An open pool for ``url`` (``?timeout=`` seconds, see the module docstring);
+    connections are opened lazily. Raises ConfigError for a malformed URL."""
+    conninfo, timeout = split_timeout(url)
+    half = timeout / 2
+
+    def configure(conn: BoundedConnection) -> None:
+        conn.reply_timeout = half
+
+    return ConnectionPool(
+        bounded_conninfo(conninfo, timeout),
+        connection_class=BoundedConnection,
+        kwargs={"autocommit": autocommit},
+        min_size=0,
+        max_size=max_size,
+        timeout=half,
+        # Give up a failed background connect soon: the next call starts a fresh
+        # one at once, instead of waiting out a backoff grown during an outage.
+        reconnect_timeout=half,
+        check=ConnectionPool.check_connection,
+        configure=configure,
+        open=True,
+        name=name,
+    )
