@@ -8,11 +8,12 @@ from functools import cache
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
+from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import payment_watcher
 from onceonly_app.billing.config import JobSettings, PaymentWatcherSettings
 from onceonly_app.billing.payments_api import PaymentsClient
@@ -20,6 +21,7 @@ from onceonly_app.billing.payments_api import PaymentsClient
 SETTINGS = JobSettings.from_env("payment-watcher")
 WATCH = PaymentWatcherSettings.from_env()
 logger = Logger(service="payment-watcher")
+tracer = Tracer(service="payment-watcher")  # X-Ray when the template turns tracing on
 metrics = Metrics(service="payment-watcher")
 
 
@@ -33,8 +35,10 @@ def sqs_client() -> Any:
     return boto3.client("sqs")
 
 
+@tracer.capture_lambda_handler
 @logger.inject_lambda_context(log_event=False)
 @metrics.log_metrics
+@schema_required(logger)
 @onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl, keep=SETTINGS.tick_keep,
                     logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, Any]:

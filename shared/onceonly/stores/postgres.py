@@ -3,7 +3,7 @@ statement (see postgres.sql). Times are the server's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 from ..api import Claim, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, StoreNotReadyError, StoreUnavailableError
 from . import _common as common
+from .pg_connection import RefreshingConninfo, prepare_threshold_for
 from .sqlfile import load_queries
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -46,17 +47,29 @@ class PostgresStore:
         self._owns_pool = owns_pool
 
     @classmethod
-    def from_url(cls, url: str, *, max_size: int = 4, timeout: float = 10.0) -> PostgresStore:
+    def from_url(
+        cls, url: str, *, max_size: int = 4, timeout: float = 10.0, refresh_url: Callable[[], str] | None = None
+    ) -> PostgresStore:
+        """A store on its own pool. ``refresh_url`` (optional) returns the URL
+        with fresh credentials; it is called once after an authentication
+        failure (a rotated password). Behind RDS Proxy, prepared statements are off."""
         try:
             psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
             raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+        conninfo: str | RefreshingConninfo = url
+        connection_class: type[psycopg.Connection[Any]] = psycopg.Connection
+        if refresh_url is not None:
+            conninfo = RefreshingConninfo(url, refresh_url)
+            connection_class = conninfo.connection_class
         pool = psycopg_pool.ConnectionPool(
-            url,
+            conninfo,
+            connection_class=connection_class,
             min_size=0,
             max_size=max_size,
             timeout=timeout,
-            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout)),
+                    "prepare_threshold": prepare_threshold_for(url)},
             open=True,
             name="onceonly",
         )

@@ -1,5 +1,6 @@
 """Clients built once per warm container and reused by every invocation:
-the domain database pool and the coordination store."""
+the domain database pool and the coordination store. Both re-read their
+secret once when PostgreSQL refuses the credentials (a rotated password)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from functools import cache
 from psycopg_pool import ConnectionPool
 
 import onceonly
+from onceonly.stores.pg_connection import RefreshingConninfo, prepare_threshold_for
 
 from .settings import database_url, store_url
 
@@ -15,13 +17,17 @@ from .settings import database_url, store_url
 @cache
 def db_pool() -> ConnectionPool:
     """The domain PostgreSQL pool (autocommit off: callers use transactions)."""
-    return ConnectionPool(database_url(), min_size=0, max_size=2, timeout=10.0, open=True, name="appdb")
+    url = database_url()
+    conninfo = RefreshingConninfo(url, lambda: database_url(refresh=True))
+    return ConnectionPool(conninfo, connection_class=conninfo.connection_class, min_size=0, max_size=2,
+                          timeout=10.0, kwargs={"prepare_threshold": prepare_threshold_for(url)}, open=True,
+                          name="appdb")
 
 
 @cache
 def coordination_store() -> onceonly.Store:
     """The onceonly store chosen by configuration (PostgreSQL, Redis or DynamoDB)."""
-    return onceonly.connect(store_url())
+    return onceonly.connect(store_url(), refresh_url=lambda: store_url(refresh=True))
 
 
 def reset() -> None:
