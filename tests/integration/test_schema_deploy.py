@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +18,11 @@ import onceonly
 from onceonly_app.appdb import custom_resource, migrate
 from onceonly_app.appdb.schema import apply_schema
 from tests.e2e.cli_support import one_line_error, run_cli
+from tests.support.cfn_response import ResponseUrl
 from tests.support.scratch import scratch_database
 
 EVENT = {"StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/s/1", "RequestId": "r-1",
          "LogicalResourceId": "SchemaMigration", "ResourceType": "Custom::OnceOnlySchema"}
-
-
-class _ResponseUrl:
-    """CloudFormation's pre-signed ResponseURL, played on 127.0.0.1: records each PUT."""
-
-    def __init__(self) -> None:
-        answers: list[dict[str, Any]] = []
-        self.answers = answers
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_PUT(self) -> None:  # noqa: N802 - http.server's naming
-                answers.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/response?signature=x"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 class _Log:
@@ -58,10 +37,9 @@ class _Log:
 
 
 @pytest.fixture
-def response_url() -> Iterator[_ResponseUrl]:
-    server = _ResponseUrl()
-    yield server
-    server.server.shutdown()
+def response_url() -> Iterator[ResponseUrl]:
+    with ResponseUrl() as server:
+        yield server
 
 
 @pytest.fixture
@@ -70,7 +48,7 @@ def fresh_db(postgres_server_url: str) -> Iterator[str]:
         yield url
 
 
-def _event(request: str, response_url: _ResponseUrl, **extra: Any) -> dict[str, Any]:
+def _event(request: str, response_url: ResponseUrl, **extra: Any) -> dict[str, Any]:
     return {**EVENT, "RequestType": request, "ResponseURL": response_url.url, **extra}
 
 
@@ -80,7 +58,7 @@ def _tables(url: str) -> set[str]:
 
 
 def test_create_applies_everything_and_an_update_only_what_is_new(
-        fresh_db: str, response_url: _ResponseUrl, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        fresh_db: str, response_url: ResponseUrl, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def apply() -> dict[str, str]:
         report = apply_schema(fresh_db, fresh_db)
         return {"MigrationsApplied": ",".join(report.migrations_applied) or "none"}
@@ -108,7 +86,7 @@ def test_create_applies_everything_and_an_update_only_what_is_new(
     assert {a["PhysicalResourceId"] for a in response_url.answers} == {"onceonly-schema"}  # never a replacement
 
 
-def test_a_failing_step_answers_failed_with_its_reason(response_url: _ResponseUrl) -> None:
+def test_a_failing_step_answers_failed_with_its_reason(response_url: ResponseUrl) -> None:
     log = _Log()
     unreachable = "postgresql://postgres@127.0.0.1:1/nothing?connect_timeout=2"
     answer = custom_resource.handle(_event("Create", response_url), lambda: 300.0,
@@ -118,7 +96,7 @@ def test_a_failing_step_answers_failed_with_its_reason(response_url: _ResponseUr
     assert "\n" not in answer["Reason"] and ("error", "schema step failed") in log.lines
 
 
-def test_delete_keeps_the_data_and_touches_nothing(response_url: _ResponseUrl) -> None:
+def test_delete_keeps_the_data_and_touches_nothing(response_url: ResponseUrl) -> None:
     def must_not_run() -> dict[str, str]:
         raise AssertionError("Delete must not run the schema step")
 
@@ -128,7 +106,7 @@ def test_delete_keeps_the_data_and_touches_nothing(response_url: _ResponseUrl) -
 
 
 def test_a_step_that_outlives_the_function_is_answered_failed_before_the_timeout(
-        response_url: _ResponseUrl) -> None:
+        response_url: ResponseUrl) -> None:
     release = threading.Event()
 
     def hangs() -> dict[str, str]:
