@@ -159,7 +159,8 @@ def test_a_function_on_a_missing_schema_fails_with_one_line_naming_the_fix(
     assert naming_the_fix[0]["level"] == "ERROR" and naming_the_fix[0]["message"].startswith("schema missing (")
 
 
-def test_apply_schema_sets_up_the_store_it_is_given(fresh_db: str, dynamodb_url: str) -> None:
+def test_apply_schema_sets_up_the_store_it_is_given(fresh_db: str, dynalite_endpoint: str, unique: str) -> None:
+    dynamodb_url = f"dynamodb://onceonly-schema-{unique}?region=us-east-1&endpoint_url={dynalite_endpoint}"
     store = onceonly.connect(dynamodb_url)
     try:
         with pytest.raises(onceonly.StoreNotReadyError):
