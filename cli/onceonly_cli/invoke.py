@@ -73,6 +73,7 @@ def lambda_environment(spec: FunctionSpec, extra: dict[str, str]) -> dict[str, s
         AWS_REGION=region,
         AWS_DEFAULT_REGION=region,
     )
+    env.setdefault("POWERTOOLS_TRACE_DISABLED", "true")  # no X-Ray daemon here
     env.update(spec.environment)
     env.update(extra)
     # The layer's content is importable as in Lambda's /opt/python.

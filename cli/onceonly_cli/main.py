@@ -1,4 +1,4 @@
-"""The `onceonly` command line: simulate, invoke, status, redrive.
+"""The `onceonly` command line: simulate, invoke, status, redrive, migrate.
 
 Every user-facing failure is one line on stderr and a non-zero exit code;
 tracebacks are for bugs only."""
@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     which = redrive.add_mutually_exclusive_group(required=True)
     which.add_argument("--delivery", metavar="ID", action="append", help="a dead delivery's id (repeatable)")
     which.add_argument("--all", action="store_true", help="every dead delivery")
+
+    migrate = commands.add_parser("migrate", help="apply the domain migrations and the store's setup (idempotent)")
+    migrate.add_argument("--database", metavar="URL",
+                         help="domain PostgreSQL URL (default: $DATABASE_URL; required if that is unset)")
+    migrate.add_argument("--store", metavar="URL",
+                         help="coordination store URL (default: $ONCEONLY_STORE_URL, else the database)")
     return parser
 
 
@@ -126,6 +132,10 @@ def _run(args: argparse.Namespace) -> int:
         from .status import status_command
 
         return status_command(args)
+    if args.command == "migrate":
+        from .migrate_command import migrate_command
+
+        return migrate_command(args)
     if args.command == "redrive":
         from .redrive_command import redrive_command
 

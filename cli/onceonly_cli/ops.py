@@ -45,4 +45,4 @@ def open_ops(database: str | None, store: str | None) -> Iterator[Ops]:
 
 def missing_tables(exc: Exception) -> CliError:
     return CliError(f"the database lacks onceonly's tables ({str(exc).splitlines()[0]}); "
-                    "apply the migrations, e.g. by running `onceonly invoke` once")
+                    "apply them with `onceonly migrate --database URL`")

@@ -74,7 +74,7 @@ def open_store(url: str, *, setup: bool) -> onceonly.Store:
         store.inspect(PING_NAME)
     except onceonly.StoreNotReadyError:
         store.close()
-        raise CliError(f"store {redact(url)} is not set up: run `onceonly invoke` once") from None
+        raise CliError(f"store {redact(url)} is not set up: run `onceonly migrate --store URL`") from None
     except onceonly.OnceOnlyError as exc:
         store.close()
         raise CliError(f"store {redact(url)} is unreachable: {str(exc).splitlines()[0]}") from None

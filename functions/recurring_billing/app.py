@@ -6,22 +6,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
+from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import recurring
 from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import JobSettings
 
 SETTINGS = JobSettings.from_env("recurring-billing")
 logger = Logger(service="recurring-billing")
+tracer = Tracer(service="recurring-billing")  # X-Ray when the template turns tracing on
 metrics = Metrics(service="recurring-billing")
 
 
+@tracer.capture_lambda_handler
 @logger.inject_lambda_context(log_event=False)
 @metrics.log_metrics
+@schema_required(logger)
 @onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
                     heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:

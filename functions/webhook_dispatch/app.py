@@ -7,16 +7,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from onceonly_app.appdb.schema import schema_required
 from onceonly_app.webhooks.messages import MalformedMessageError, parse_message
 from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-dispatch")
+tracer = Tracer(service="webhook-dispatch")  # X-Ray when the template turns tracing on
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
                   service="webhook-dispatch")
 processor = BatchProcessor(event_type=EventType.SQS)
@@ -47,8 +49,10 @@ def record_handler(record: SQSRecord) -> str:
     return result.kind
 
 
+@tracer.capture_lambda_handler
 @metrics.log_metrics
 @logger.inject_lambda_context
+@schema_required(logger)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context)

@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from onceonly_app.appdb.schema import schema_required
 from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-retry")
+tracer = Tracer(service="webhook-retry")  # X-Ray when the template turns tracing on
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
                   service="webhook-retry")
 
@@ -21,8 +23,10 @@ COUNTERS = ("succeeded", "failed", "dead", "claims_contended", "leases_reclaimed
 METRIC_NAMES = {"succeeded": "deliveries_succeeded", "failed": "deliveries_failed", "dead": "deliveries_dead"}
 
 
+@tracer.capture_lambda_handler
 @metrics.log_metrics
 @logger.inject_lambda_context
+@schema_required(logger)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = webhook_service(logger).run_retries(context.get_remaining_time_in_millis)
     summary: dict[str, Any] = {name: getattr(report, name) for name in COUNTERS}

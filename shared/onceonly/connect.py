@@ -3,6 +3,7 @@ Lambda on Redis never pays for importing psycopg or boto3 (see ENVIRONMENT.md)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import parse_qsl, urlsplit
 
 from .api import Store
@@ -11,7 +12,7 @@ from .errors import ConfigError
 SCHEMES = ("postgresql", "postgres", "redis", "rediss", "dynamodb")
 
 
-def connect(url: str) -> Store:
+def connect(url: str, *, refresh_url: Callable[[], str] | None = None) -> Store:
     """Open a store from a URL:
 
     - ``postgresql://user@host:5432/db`` (psycopg 3 pool)
@@ -21,6 +22,10 @@ def connect(url: str) -> Store:
 
     Every scheme takes ``?timeout=SECONDS`` (default 10): an operation on a store
     that stops answering raises StoreUnavailableError within it.
+
+    ``refresh_url`` (optional, PostgreSQL) returns the URL with fresh credentials,
+    e.g. re-read from Secrets Manager: it is called once when the server refuses
+    the credentials (a rotated password), and the connection is retried once.
 
     Raises ConfigError for a malformed URL or unknown scheme. Connections are opened
     lazily; an unreachable server surfaces as StoreUnavailableError on first use.
@@ -37,7 +42,7 @@ def connect(url: str) -> Store:
     if scheme in ("postgresql", "postgres"):
         from .stores.postgres import PostgresStore
 
-        return PostgresStore.from_url(url)
+        return PostgresStore.from_url(url, refresh_url=refresh_url)
     if scheme in ("redis", "rediss"):
         from .stores.redis import RedisStore
 

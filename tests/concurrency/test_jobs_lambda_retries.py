@@ -41,11 +41,13 @@ LAMBDA_RETRY_DELAYS = (60.0, 120.0)  # after the first failure, then after the s
 RETRY_DELAYS = tuple(d * SCALE for d in LAMBDA_RETRY_DELAYS)
 
 
-def scaled_lease(logical_id: str) -> dict[str, str]:
+def scaled_lease(logical_id: str, scope: JobScope) -> dict[str, str]:
     """The function's tick lease as deployed (template.yaml), scaled down; the
-    heartbeat keeps its default, a third of the lease."""
+    heartbeat keeps its default, a third of the lease. The domain database's
+    per-statement bound (``?timeout=``, 10 s by default) is raised: the body
+    here stays blocked on a lock far longer than a real statement would."""
     deployed = float(find_function(REPO / "template.yaml", logical_id).environment["TICK_LEASE_SECONDS"])
-    return {"TICK_LEASE_SECONDS": str(deployed * SCALE)}
+    return {"TICK_LEASE_SECONDS": str(deployed * SCALE), "DATABASE_URL": f"{scope.env['DATABASE_URL']}?timeout=300"}
 
 
 @contextmanager
@@ -126,7 +128,7 @@ def assert_overdue_once(jobs_db: str, scope: JobScope, invoices: list[str], toke
 def test_a_killed_run_is_run_by_lambdas_first_retry(
         job_scope: JobScope, store: onceonly.Store, jobs_db: str, replicas: Replicas,
         overdue_invoices: list[str]) -> None:
-    lease = scaled_lease("OverdueInvoicesFunction")
+    lease = scaled_lease("OverdueInvoicesFunction", job_scope)
     invocation = job_scope.invocation("overdue_invoices", scheduled_event("overdue_invoices", TICK), **lease)
 
     with table_locked(jobs_db, "invoices"):
@@ -148,7 +150,7 @@ def test_a_killed_run_is_run_by_lambdas_first_retry(
 def test_a_duplicate_during_a_healthy_run_is_skipped_past_the_first_lease(
         job_scope: JobScope, store: onceonly.Store, jobs_db: str, replicas: Replicas,
         overdue_invoices: list[str]) -> None:
-    lease = scaled_lease("OverdueInvoicesFunction")
+    lease = scaled_lease("OverdueInvoicesFunction", job_scope)
     event = scheduled_event("overdue_invoices", TICK)
 
     with table_locked(jobs_db, "invoices"):
@@ -175,7 +177,7 @@ def test_a_retry_that_dies_too_is_run_by_the_second_retry(
         schedule = data.add_schedule(conn, job_scope.tenant, cadence="weekly",
                                      anchor=date(2026, 11, 29) - timedelta(weeks=2))
     invocation = job_scope.invocation("recurring_billing", scheduled_event("recurring_billing", TICK),
-                                      **scaled_lease("RecurringBillingFunction"))
+                                      **scaled_lease("RecurringBillingFunction", job_scope))
 
     died = time.monotonic()
     for attempt, delay in ((1, 0.0), (2, RETRY_DELAYS[0])):

@@ -16,6 +16,7 @@ import onceonly
 from onceonly_cli.fake_payments import FakePayments
 from onceonly_cli.receiver import WebhookReceiver
 from onceonly_cli.template import find_function, function_ids, load_template
+from tests.support.cfn_response import ResponseUrl
 from tests.support.scratch import scratch_database
 
 from .cli_support import REPO_ROOT, run_cli
@@ -70,9 +71,16 @@ def test_invoke_runs_every_template_function_with_its_sample_event(
             "PAYMENTS_API_URL": payments.url, "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
             "PAYMENTS_ACCEPTED_ASSETS": f"USD=USD:{payments.issuer}",
         }}))
-        result = run_cli("invoke", logical_id, "--event", str(event), "--env-vars", str(env_vars),
-                         "--database", fresh_database, timeout=120)
+        with ResponseUrl() as cloudformation:
+            if logical_id == "SchemaMigrationFunction":  # its answer goes to CloudFormation's ResponseURL
+                event = tmp_path / "schema_migration.json"
+                event.write_text(json.dumps({**json.loads((REPO_ROOT / "events" / event.name).read_text()),
+                                             "ResponseURL": cloudformation.url}))
+            result = run_cli("invoke", logical_id, "--event", str(event), "--env-vars", str(env_vars),
+                             "--database", fresh_database, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
+    if logical_id == "SchemaMigrationFunction":
+        assert [a["Status"] for a in cloudformation.answers] == ["SUCCESS"], cloudformation.answers
     response = json.loads(result.stdout)
     assert isinstance(response, dict)
     if logical_id == "WebhookDispatchFunction":

@@ -30,38 +30,17 @@ Options already in the URL (``connect_timeout``, ``keepalives*``,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg import errors as pg_errors
-from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from ..errors import ConfigError
+from .pg_connection import BoundedConnection, RefreshingConninfo, prepare_threshold_for
 from .timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, timeout_from
-
-# psycopg's own interval between checks for Ctrl-C while waiting.
-_WAIT_INTERVAL = 0.1
-
-
-class BoundedConnection(psycopg.Connection[Any]):
-    """A psycopg connection whose every wait for the server is bounded by
-    ``reply_timeout``. On expiry the connection is closed (its state is unknown:
-    a statement may or may not have run) and OperationalError is raised."""
-
-    reply_timeout: float = DEFAULT_TIMEOUT / 2
-
-    def wait(self, gen: PQGen[Any], interval: float = _WAIT_INTERVAL, timeout: float | None = None) -> Any:
-        bound = self.reply_timeout if timeout is None else timeout
-        try:
-            return super().wait(gen, interval, bound)
-        except pg_errors._WaitTimeout as exc:
-            self.pgconn.finish()  # as psycopg does when a cancelled query never ends
-            raise psycopg.OperationalError(
-                f"no reply from the PostgreSQL server within {bound:g} s; connection closed"
-            ) from exc
 
 
 def split_timeout(url: str) -> tuple[str, float]:
@@ -104,20 +83,29 @@ def bounded_conninfo(conninfo: str, timeout: float) -> str:
 
 
 def bounded_pool(
-    url: str, *, name: str, max_size: int, autocommit: bool
-) -> ConnectionPool[BoundedConnection]:
+    url: str, *, name: str, max_size: int, autocommit: bool, refresh_url: Callable[[], str] | None = None
+) -> ConnectionPool[Any]:
     """An open pool for ``url`` (``?timeout=`` seconds, see the module docstring);
-    connections are opened lazily. Raises ConfigError for a malformed URL."""
+    connections are opened lazily. ``refresh_url`` (optional) returns the URL
+    with fresh credentials: it is called once after an authentication failure
+    (a rotated password) and the connection retried once. Behind RDS Proxy,
+    prepared statements are off. Raises ConfigError for a malformed URL."""
     conninfo, timeout = split_timeout(url)
     half = timeout / 2
+    bounded = bounded_conninfo(conninfo, timeout)
+    source: str | RefreshingConninfo = bounded
+    connection_class: type[BoundedConnection] = BoundedConnection
+    if refresh_url is not None:
+        source = RefreshingConninfo(bounded, lambda: bounded_conninfo(split_timeout(refresh_url())[0], timeout))
+        connection_class = source.connection_class
 
     def configure(conn: BoundedConnection) -> None:
         conn.reply_timeout = half
 
     return ConnectionPool(
-        bounded_conninfo(conninfo, timeout),
-        connection_class=BoundedConnection,
-        kwargs={"autocommit": autocommit},
+        source,
+        connection_class=connection_class,
+        kwargs={"autocommit": autocommit, "prepare_threshold": prepare_threshold_for(conninfo)},
         min_size=0,
         max_size=max_size,
         timeout=half,

@@ -3,7 +3,7 @@ statement (see postgres.sql). Times are the server's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -47,11 +47,15 @@ class PostgresStore:
         self._owns_pool = owns_pool
 
     @classmethod
-    def from_url(cls, url: str, *, max_size: int = 4) -> PostgresStore:
+    def from_url(cls, url: str, *, max_size: int = 4, refresh_url: Callable[[], str] | None = None) -> PostgresStore:
         """``postgresql://…?timeout=10``: every operation fails with
         StoreUnavailableError within ``timeout`` seconds when the server stops
-        answering (see :mod:`onceonly.stores.pgpool`). libpq's own options pass through."""
-        return cls(bounded_pool(url, name="onceonly", max_size=max_size, autocommit=True), owns_pool=True)
+        answering (see :mod:`onceonly.stores.pgpool`). libpq's own options pass
+        through. ``refresh_url`` (optional) returns the URL with fresh
+        credentials; it is called once after an authentication failure (a
+        rotated password). Behind RDS Proxy, prepared statements are off."""
+        pool = bounded_pool(url, name="onceonly", max_size=max_size, autocommit=True, refresh_url=refresh_url)
+        return cls(pool, owns_pool=True)
 
     def _run(self, what: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with _translated(what), self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:

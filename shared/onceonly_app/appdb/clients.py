@@ -1,5 +1,6 @@
 """Clients built once per warm container and reused by every invocation:
-the domain database pool and the coordination store."""
+the domain database pool and the coordination store. Both re-read their
+secret once when PostgreSQL refuses the credentials (a rotated password)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ def db_pool() -> ConnectionPool[Any]:
     """The domain PostgreSQL pool (autocommit off: callers use transactions).
     Bounded like the coordination store's (``?timeout=`` in DATABASE_URL, default
     10 s): a dead database fails each statement fast, well before the Lambda's
-    own timeout, and the transaction it was in rolls back."""
-    return bounded_pool(database_url(), name="appdb", max_size=2, autocommit=False)
+    own timeout, and the transaction it was in rolls back. After an
+    authentication failure the secret is read again once (rotation)."""
+    return bounded_pool(database_url(), name="appdb", max_size=2, autocommit=False,
+                        refresh_url=lambda: database_url(refresh=True))
 
 
 @cache
 def coordination_store() -> onceonly.Store:
     """The onceonly store chosen by configuration (PostgreSQL, Redis or DynamoDB)."""
-    return onceonly.connect(store_url())
+    return onceonly.connect(store_url(), refresh_url=lambda: store_url(refresh=True))
 
 
 def reset() -> None:

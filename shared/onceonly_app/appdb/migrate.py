@@ -16,10 +16,13 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )"""
 
 
+CONNECT_TIMEOUT = 10  # seconds: an unreachable database fails the deploy, not hangs it
+
+
 def migrate(conninfo: str) -> list[str]:
     """Apply pending migrations; returns the names applied now."""
     applied_now: list[str] = []
-    with psycopg.connect(conninfo) as conn, conn.transaction():
+    with psycopg.connect(conninfo, connect_timeout=CONNECT_TIMEOUT) as conn, conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('appdb.migrate'))")
         conn.execute(_TRACKING_TABLE)
         done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}

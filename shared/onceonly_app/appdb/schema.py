@@ -1,0 +1,80 @@
+"""The schema the functions need, as one step: the domain migrations plus the
+coordination store's setup(). Deploys run it through the SchemaMigration custom
+resource, operators through `onceonly migrate`. A function that still meets a
+missing table fails with one log line that names this fix."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+
+import onceonly
+
+from .migrate import migrate
+
+FIX = ("apply the schema: deploy the stack again (its SchemaMigration custom resource runs the migrations) "
+       "or run `onceonly migrate --database URL --store URL`")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class SchemaMissingError(onceonly.OnceOnlyError):
+    """A table the function needs does not exist: the schema was never applied."""
+
+
+@dataclass(frozen=True)
+class SchemaReport:
+    migrations_applied: list[str]
+    store_kind: str
+
+
+def apply_schema(database_url: str, store_url: str) -> SchemaReport:
+    """Apply pending domain migrations, then the store's setup(). Idempotent,
+    and safe from many processes at once (both hold an advisory lock or a
+    conditional create); an upgrade applies only the new migrations."""
+    applied = migrate(database_url)
+    store = onceonly.connect(store_url)
+    try:
+        store.setup()
+    finally:
+        store.close()
+    return SchemaReport(applied, getattr(store, "kind", type(store).__name__))
+
+
+def missing_schema(exc: BaseException) -> BaseException | None:
+    """The missing-table error behind ``exc`` (itself, or one a batch processor
+    collected), else None."""
+    if isinstance(exc, psycopg.errors.UndefinedTable | onceonly.StoreNotReadyError):
+        return exc
+    for child in getattr(exc, "child_exceptions", None) or ():  # Powertools BatchProcessingError
+        cause = child[1] if isinstance(child, tuple) else child
+        if isinstance(cause, BaseException) and missing_schema(cause):
+            return cause
+    return None
+
+
+def schema_required(logger: Any) -> Callable[[F], F]:
+    """Handler decorator: a missing table becomes one error log line naming
+    the fix, then a SchemaMissingError (the invocation fails, nothing is lost)."""
+
+    def decorate(handler: F) -> F:
+        @functools.wraps(handler)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return handler(*args, **kwargs)
+            except Exception as exc:
+                cause = missing_schema(exc)
+                if cause is None:
+                    raise
+                reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+                message = f"schema missing ({reason}): {FIX}"
+                logger.error(message)
+                raise SchemaMissingError(message) from exc
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
