@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from onceonly_cli.servers import LocalServers
+
 from .cli_support import ONCEONLY, REPO_ROOT, run_cli
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
@@ -146,6 +148,39 @@ def test_ctrl_c_stops_every_replica_and_server(tmp_path: Path) -> None:
     left = processes_under(tmp_path)
     assert not left, [p.cmdline() for p in left]
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_a_store_dying_mid_run_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """The coordination store (a Redis of this test's own) is killed once the
+    replicas run: simulate must stop everything and say so in one line, not
+    print a traceback."""
+    servers = LocalServers()
+    try:
+        store_url = servers.redis(own=True)
+        (redis_server,) = servers.processes
+        proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "2000", "--crash-rate", "0",
+                                 "--store", store_url],
+                                cwd=REPO_ROOT, env=isolated_env(tmp_path), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while len(replicas_under(tmp_path)) < 4 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+            assert len(replicas_under(tmp_path)) == 4, "the replicas never came up"
+            redis_server.kill()
+            redis_server.wait()
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        servers.stop()
+    assert proc.returncode == 1, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("onceonly simulate: error: Redis store unreachable"), last
+    assert not processes_under(tmp_path), "simulate left processes running"
 
 
 def test_html_report_is_self_contained_and_holds_the_chart_data(crash_run: SimulateRun) -> None:
