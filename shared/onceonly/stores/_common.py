@@ -75,14 +75,14 @@ def check_limit(limit: int) -> int:
     return limit
 
 
-def check_due_at(due_at: float | None, what: str = "due_at") -> float | None:
+def check_due_at(due_at: float | None) -> float | None:
     """Epoch seconds from 0 to the end of year 9999, or None (now)."""
     if due_at is None:
         return None
     if isinstance(due_at, bool) or not isinstance(due_at, (int, float)):
-        raise ConfigError(f"{what} must be epoch seconds or None, got {_short(due_at)}")
+        raise ConfigError(f"due_at must be epoch seconds or None, got {_short(due_at)}")
     if not (_finite(due_at) and 0 <= due_at <= MAX_EPOCH):
-        raise ConfigError(f"{what} must be epoch seconds from 0 to {MAX_EPOCH} (year 9999), got {_short(due_at)}")
+        raise ConfigError(f"due_at must be epoch seconds from 0 to {MAX_EPOCH} (year 9999), got {_short(due_at)}")
     return float(due_at)
 
 
