@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,24 +127,31 @@ def test_a_non_atomic_store_makes_simulate_fail(tmp_path: Path) -> None:
     assert not processes_under(tmp_path)
 
 
-def test_ctrl_c_stops_every_replica_and_server(tmp_path: Path) -> None:
-    proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "2000", "--crash-rate", "0"],
+@contextmanager
+def long_run_under_way(tmp_path: Path, *options: str) -> Iterator[subprocess.Popen[str]]:
+    """A simulate run long enough to interrupt, once its four replicas are up;
+    killed at the end if it is still running."""
+    proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "2000", "--crash-rate", "0", *options],
                             cwd=REPO_ROOT, env=isolated_env(tmp_path), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        # Wait until the embedded PostgreSQL and all four replicas are up: the run is under way.
         while len(replicas_under(tmp_path)) < 4 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        started = processes_under(tmp_path)
         assert len(replicas_under(tmp_path)) == 4, "the replicas never came up"
-        assert len(started) > 4, "the embedded PostgreSQL is not running"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_ctrl_c_stops_every_replica_and_server(tmp_path: Path) -> None:
+    with long_run_under_way(tmp_path) as proc:
+        started = processes_under(tmp_path)
+        assert len(started) > 4, "the embedded PostgreSQL is not running"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
     psutil.wait_procs([p for p in started if p.is_running()], timeout=10)
     left = processes_under(tmp_path)
     assert not left, [p.cmdline() for p in left]
@@ -158,22 +166,10 @@ def test_a_store_dying_mid_run_is_one_line_and_exit_1(tmp_path: Path) -> None:
     try:
         store_url = servers.redis(own=True)
         (redis_server,) = servers.processes
-        proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "2000", "--crash-rate", "0",
-                                 "--store", store_url],
-                                cwd=REPO_ROOT, env=isolated_env(tmp_path), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 120
-            while len(replicas_under(tmp_path)) < 4 and time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.2)
-            assert len(replicas_under(tmp_path)) == 4, "the replicas never came up"
+        with long_run_under_way(tmp_path, "--store", store_url) as proc:
             redis_server.kill()
             redis_server.wait()
             _, stderr = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
     finally:
         servers.stop()
     assert proc.returncode == 1, stderr[-2000:]
