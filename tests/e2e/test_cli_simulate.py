@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from onceonly_cli.servers import LocalServers
+from tests.support.redis_servers import private_redis
 
 from .cli_support import ONCEONLY, REPO_ROOT, run_cli
 
@@ -162,16 +162,9 @@ def test_a_store_dying_mid_run_is_one_line_and_exit_1(tmp_path: Path) -> None:
     """The coordination store (a Redis of this test's own) is killed once the
     replicas run: simulate must stop everything and say so in one line, not
     print a traceback."""
-    servers = LocalServers()
-    try:
-        store_url = servers.redis(own=True)
-        (redis_server,) = servers.processes
-        with long_run_under_way(tmp_path, "--store", store_url) as proc:
-            redis_server.kill()
-            redis_server.wait()
-            _, stderr = proc.communicate(timeout=120)
-    finally:
-        servers.stop()
+    with private_redis() as redis_server, long_run_under_way(tmp_path, "--store", redis_server.url) as proc:
+        redis_server.kill()
+        _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr[-2000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]

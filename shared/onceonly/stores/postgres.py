@@ -13,7 +13,7 @@ import psycopg_pool
 from psycopg.rows import dict_row
 
 from ..api import Claim, Lease, LeaseState, QueueDepth
-from ..errors import ConfigError, LeaseLostError, StoreNotReadyError, StoreUnavailableError
+from ..errors import LeaseLostError, StoreNotReadyError, StoreUnavailableError
 from . import _common as common
 from .pgpool import bounded_pool
 from .sqlfile import load_queries
