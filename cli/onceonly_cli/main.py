@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .errors import CliError
+from .errors import CliError, expected_failure
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
@@ -160,14 +160,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     _layer_on_path()
     try:
         return _run(args)
-    except CliError as exc:
-        print(f"onceonly {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
     except KeyboardInterrupt:
         print(f"onceonly {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
         return 1
+    except Exception as exc:
+        message = expected_failure(exc)
+        if message is None:
+            raise  # a bug: keep the traceback
+        print(f"onceonly {args.command}: error: {message}", file=sys.stderr)
+        return exc.exit_code if isinstance(exc, CliError) else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+DYNALITE_LAUNCHER = Path(__file__).with_name("dynalite_launcher.js")
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -40,11 +41,14 @@ def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20.0) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20.0,
+                  log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ServerSetupError(f"{what} exited with code {proc.returncode} before listening")
+            last = log.read_text(errors="replace").strip().splitlines()[-1:] if log and log.exists() else []
+            raise ServerSetupError(f"{what} exited with code {proc.returncode} before listening"
+                                   + (f": {last[0]}" if last else ""))
         if _port_open("127.0.0.1", port):
             return
         time.sleep(0.05)
@@ -93,6 +97,7 @@ class LocalServers:
     embedded: list[object] = field(default_factory=list)
     threads: list[object] = field(default_factory=list)  # in-process servers with a stop()
     tempdirs: list[tempfile.TemporaryDirectory[str]] = field(default_factory=list)
+    logs: dict[str, Path] = field(default_factory=dict)  # endpoint -> the server's output
 
     def __post_init__(self) -> None:
         atexit.register(self.stop)
@@ -137,24 +142,27 @@ class LocalServers:
         return f"redis://127.0.0.1:{port}/0"
 
     def dynalite(self, *, path: Path | None = None) -> str:
-        """Start dynalite on a free 127.0.0.1 port; returns its endpoint URL."""
-        binary = os.environ.get("ONCEONLY_DYNALITE") or str(REPO_ROOT / "node_modules" / ".bin" / "dynalite")
-        if not Path(binary).exists():
-            found = shutil.which("dynalite")
-            if found is None:
-                raise ServerSetupError(
-                    f"dynalite not found at {binary}: run `npm ci` in {REPO_ROOT} (needs Node.js 18+)"
-                )
-            binary = found
+        """Start dynalite on a free 127.0.0.1 port; returns its endpoint URL. It runs
+        under ``dynalite_launcher.js``, which keeps it serving when a client dies
+        mid-request (dynalite 4.0.0 alone exits then). Its output goes to
+        ``self.logs[endpoint]``."""
+        node = shutil.which("node")
+        if node is None:
+            raise ServerSetupError("node not found: install Node.js 18+ to run dynalite (the DynamoDB test server)")
+        module = Path(os.environ.get("ONCEONLY_DYNALITE_MODULE") or REPO_ROOT / "node_modules" / "dynalite")
+        if not (module / "package.json").exists():
+            raise ServerSetupError(f"dynalite not found at {module}: run `npm ci` in {REPO_ROOT} (needs Node.js 18+)")
         port = free_port()
-        args = [binary, "--host", "127.0.0.1", "--port", str(port),
-                "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"]
-        if path is not None:
-            args += ["--path", str(path)]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        endpoint = f"http://127.0.0.1:{port}"
+        log = self._tempdir("onceonly-dynalite-") / "dynalite.log"
+        args = [node, str(DYNALITE_LAUNCHER), str(port), *([str(path)] if path is not None else [])]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "DYNALITE_MODULE": str(module)})
         self.processes.append(proc)
-        wait_for_port(port, proc, "dynalite")
-        return f"http://127.0.0.1:{port}"
+        self.logs[endpoint] = log
+        wait_for_port(port, proc, "dynalite", log=log)
+        return endpoint
 
     def moto(self) -> str:
         """Start moto's AWS server (SES, SQS, ...) on a free 127.0.0.1 port, so that

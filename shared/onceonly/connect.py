@@ -27,13 +27,16 @@ def connect(url: str, *, refresh_url: Callable[[], str] | None = None) -> Store:
     e.g. re-read from Secrets Manager: it is called once when the server refuses
     the credentials (a rotated password), and the connection is retried once.
 
-    Raises ConfigError for a malformed URL or unknown scheme. Connections are opened
-    lazily; an unreachable server surfaces as StoreUnavailableError on first use.
+    Surrounding whitespace (a trailing newline) is ignored. Raises ConfigError for
+    a malformed URL or unknown scheme. Connections are opened lazily; an
+    unreachable server surfaces as StoreUnavailableError on first use.
     """
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"store URL must be a non-empty string, got {url!r}")
+    # Secrets Manager values and env files often end in a newline.
+    url = url.strip()
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url)
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
         parts.port  # noqa: B018 - raises ValueError on a non-numeric port
     except ValueError as exc:

@@ -154,7 +154,10 @@ def scheduled_time_of(event: Any) -> datetime:
         raise InvalidEventError(
             f"scheduled event 'time' {raw!r} has no timezone (EventBridge sends UTC, '…Z')"
         )
-    return parsed.astimezone(UTC).replace(microsecond=0)
+    try:
+        return parsed.astimezone(UTC).replace(microsecond=0)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:30:00+01:00 is before year 1 in UTC
+        raise InvalidEventError(f"scheduled event 'time' {raw!r} is out of range in UTC") from exc
 
 
 def _check_job(job: str) -> str:

@@ -1,17 +1,24 @@
 """Run worker functions in several OS processes released together by one
-barrier. Each worker opens its own store connection after start and writes
-its history to its own append-only JSON-lines file; the test reads the files
-afterwards. No shared counters: the history is the evidence."""
+barrier. Each worker opens its own connections after start and makes one real
+round trip on them BEFORE the barrier (stores connect lazily: otherwise the
+first worker could finish before the last one has connected), then writes its
+history to its own append-only JSON-lines file; the test reads the files
+afterwards. No shared counters: the history is the evidence.
+
+A race that nobody lost proves nothing: :func:`run_workers` fails unless at
+least two workers won something (``won``), i.e. the workers really overlapped."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 CTX = multiprocessing.get_context("spawn")  # no inherited sockets or pool threads
+BARRIER_TIMEOUT = 120.0
+PING = "race:ping"  # a lease name nobody takes: inspect() on it is one read-only round trip
 
 
 class History:
@@ -37,11 +44,22 @@ def read_histories(directory: Path) -> list[dict[str, Any]]:
     return events
 
 
+def assert_raced(winners: Iterable[Any], what: str) -> None:
+    """At least two distinct workers won something: they ran at the same time.
+    A run where one worker finished before the next one started would pass every
+    exactly-once check without testing anything."""
+    distinct = set(winners)
+    assert len(distinct) >= 2, f"only worker(s) {sorted(distinct)} {what}: the workers did not race"
+
+
 def run_workers(
-    target: Callable[..., None], count: int, history_dir: Path, *args: Any, timeout: float = 120.0
+    target: Callable[..., None], count: int, history_dir: Path, *args: Any,
+    won: Callable[[dict[str, Any]], bool], timeout: float = 120.0,
 ) -> list[dict[str, Any]]:
     """Start ``count`` processes of ``target(worker_no, barrier, history_path, *args)``,
-    wait for all, fail if any crashed, and return every history event."""
+    wait for all, fail if any crashed or if fewer than two workers have an event
+    that ``won`` accepts (every event carries its ``worker``), and return every
+    history event."""
     history_dir.mkdir(parents=True, exist_ok=True)
     barrier = CTX.Barrier(count)
     procs = [
@@ -59,4 +77,6 @@ def run_workers(
     assert not alive, f"{len(alive)} workers did not finish within {timeout}s"
     codes = [p.exitcode for p in procs]
     assert codes == [0] * count, f"worker exit codes {codes}"
-    return read_histories(history_dir)
+    events = read_histories(history_dir)
+    assert_raced((e["worker"] for e in events if won(e)), f"won in {history_dir.name}")
+    return events

@@ -9,12 +9,13 @@ from typing import Any
 
 import onceonly
 
-from .race import History
+from .race import BARRIER_TIMEOUT, PING, History
 
 
 def _start(barrier: Any, url: str) -> onceonly.Store:
-    store = onceonly.connect(url)  # own connection, opened after start
-    barrier.wait(timeout=60)
+    store = onceonly.connect(url)  # own connection, opened after start...
+    store.inspect(PING)  # ...and really open (one round trip) before the race starts
+    barrier.wait(timeout=BARRIER_TIMEOUT)
     return store
 
 
@@ -33,19 +34,23 @@ def acquire_each_once(n: int, barrier: Any, path: Path, url: str, names: list[st
 
 
 def hold_hot_names(n: int, barrier: Any, path: Path, url: str, names: list[str], rounds: int) -> None:
-    """Acquire/hold/release a few hot names many times; record each holding."""
+    """Acquire/hold/release a few hot names many times; record each holding, and
+    each acquire that found the name held (the proof that workers overlapped)."""
     history = History(path)
     store = _start(barrier, url)
     rng = random.Random(n)
     for _ in range(rounds):
-        lease = store.acquire(rng.choice(names), ttl=30)
+        name = rng.choice(names)
+        lease = store.acquire(name, ttl=30)
         if lease is None:
+            history.write(event="contended", worker=n, name=name)
             continue
         start = time.time()
         time.sleep(rng.uniform(0, 0.01))
         end = time.time()
         released = store.release(lease)
-        history.write(worker=n, name=lease.name, token=lease.token, start=start, end=end, released=released)
+        history.write(event="held", worker=n, name=lease.name, token=lease.token, start=start, end=end,
+                      released=released)
     store.close()
     history.close()
 

@@ -24,10 +24,14 @@ REPLICAS = 8
 
 
 def one_ran(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Exactly one replica ran the tick; the others were skipped, none failed."""
+    """Exactly one replica ran the tick; the others were skipped, none failed;
+    and the replicas raced: at least one found the tick held by the running
+    replica (had they run one after another, every skip would say 'completed')."""
     assert all("outcome" in r for r in records), [r for r in records if "outcome" not in r]
     statuses = Counter(r["outcome"]["status"] for r in records)
     assert statuses == {"ran": 1, "skipped": REPLICAS - 1}, statuses
+    reasons = Counter(r["outcome"]["reason"] for r in records if r["outcome"]["status"] == "skipped")
+    assert reasons["running"] >= 1, f"no replica met the tick while it ran: they did not race ({reasons})"
     (ran,) = [r["outcome"] for r in records if r["outcome"]["status"] == "ran"]
     return ran
 

@@ -3,9 +3,10 @@ ZRANGEBYSCORE and then ZREM in a second round trip, so two workers could both
 read an item before either removed it, and both ran it.
 
 Both tests race real OS processes against the real Redis: each process opens
-its own connection after start, all are released by one barrier, and each
-writes what it got to its own append-only history file. The checks read the
-files afterwards; nothing is counted in shared memory.
+its own connection after start and pings through it, all are released by one
+barrier, and each writes what it got to its own append-only history file. The
+checks read the files afterwards; nothing is counted in shared memory, and
+every round must have at least two workers that got items.
 
 1. The old field code must show the duplicate (else this harness could not
    catch one, and test 2 would prove nothing).
@@ -25,7 +26,7 @@ import redis
 
 from onceonly.stores.redis import RedisStore
 
-from .race import History, run_workers
+from .race import BARRIER_TIMEOUT, PING, History, run_workers
 
 pytestmark = pytest.mark.concurrency
 
@@ -37,7 +38,6 @@ CLAIM_ROUNDS = 3
 # Far longer than any round can take, so no lease runs out mid-test: a second
 # claim of an item can then only be a double grant, never a legitimate reclaim.
 CLAIM_LEASE = 600.0
-BARRIER_TIMEOUT = 60.0
 
 
 # -- checks ---------------------------------------------------------------------
@@ -56,6 +56,7 @@ def _item_ids(prefix: str) -> list[str]:
 def _field_code_worker(worker_no: int, barrier: Any, history_path: Path, redis_url: str, key: str) -> None:
     """The old field code: read a batch, then remove it in a second round trip."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.ping()  # connected before the race starts
     history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)
     while ids := client.zrangebyscore(key, "-inf", time.time(), start=0, num=BATCH):
@@ -72,6 +73,7 @@ def _claim_worker(
     """Claim batches until nothing is due, acking each batch; odd workers ack one
     by one, even workers with ack_many, so both paths race."""
     store = RedisStore.from_url(redis_url)
+    store.inspect(PING)  # connected before the race starts
     queue = store.queue(queue_name)
     history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)
@@ -100,7 +102,8 @@ def test_field_code_hands_one_item_to_two_workers(redis_server_url: str, client:
         past = time.time() - 60
         client.zadd(key, {item: past + n / 1000 for n, item in enumerate(items)})
         try:
-            events = run_workers(_field_code_worker, WORKERS, tmp_path / f"round-{round_no}", redis_server_url, key)
+            events = run_workers(_field_code_worker, WORKERS, tmp_path / f"round-{round_no}", redis_server_url, key,
+                                 won=lambda got: True)
         finally:
             client.delete(key)
         assert {e["item"] for e in events} == set(items)  # the bug duplicates; it does not lose
@@ -121,7 +124,8 @@ def test_queue_claim_hands_each_item_to_exactly_one_worker(
         for item in items:
             queue.put(item, payload={"item": item})
         try:
-            events = run_workers(_claim_worker, WORKERS, tmp_path / f"round-{round_no}", redis_url, queue_name)
+            events = run_workers(_claim_worker, WORKERS, tmp_path / f"round-{round_no}", redis_url, queue_name,
+                                 won=lambda e: e["event"] == "claim")
             assert queue.depth().total == 0
         finally:
             client.delete(queue._due_key, queue._items_key, queue._inflight_key)

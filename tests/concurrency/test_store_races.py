@@ -1,5 +1,6 @@
 """Multi-process races on every backend (real PostgreSQL, Redis, dynalite):
-8 processes, one barrier, histories checked afterwards."""
+8 processes, each connected before one barrier, histories checked afterwards;
+run_workers fails unless at least two workers won something."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def ready_url(store_url: str) -> str:
 
 def test_each_name_is_granted_once(ready_url: str, unique: str, tmp_path: Path) -> None:
     names = [f"{unique}-{i}" for i in range(40)]
-    history = run_workers(store_workers.acquire_each_once, WORKERS, tmp_path, ready_url, names)
+    history = run_workers(store_workers.acquire_each_once, WORKERS, tmp_path, ready_url, names,
+                          won=lambda grant: True)
     granted = defaultdict(list)
     for event in history:
         granted[event["name"]].append(event)
@@ -40,11 +42,15 @@ def test_each_name_is_granted_once(ready_url: str, unique: str, tmp_path: Path) 
 
 def test_hot_names_are_never_held_twice_at_once(ready_url: str, unique: str, tmp_path: Path) -> None:
     names = [f"{unique}-hot-{i}" for i in range(3)]
-    history = run_workers(store_workers.hold_hot_names, WORKERS, tmp_path, ready_url, names, 40)
-    assert len(history) >= 10, "too few grants to say anything"
-    assert all(event["released"] for event in history), "a holder's release was refused"
+    history = run_workers(store_workers.hold_hot_names, WORKERS, tmp_path, ready_url, names, 40,
+                          won=lambda e: e["event"] == "held")
+    held = [e for e in history if e["event"] == "held"]
+    assert len(held) >= 10, "too few grants to say anything"
+    # One after another, every acquire would find its name free.
+    assert any(e["event"] == "contended" for e in history), "no acquire met a held name: no race happened"
+    assert all(event["released"] for event in held), "a holder's release was refused"
     by_name = defaultdict(list)
-    for event in history:
+    for event in held:
         by_name[event["name"]].append(event)
     for name, holdings in by_name.items():
         tokens = [h["token"] for h in holdings]
@@ -60,7 +66,8 @@ def test_concurrent_claims_are_disjoint_and_complete(ready_url: str, unique: str
     items = [f"item-{i:04d}" for i in range(240)]
     for item in items:
         queue.put(item, payload={"i": item})
-    history = run_workers(store_workers.drain_queue, WORKERS, tmp_path, ready_url, unique, 10)
+    history = run_workers(store_workers.drain_queue, WORKERS, tmp_path, ready_url, unique, 10,
+                          won=lambda e: e["event"] == "claim")
     claims = [e for e in history if e["event"] == "claim"]
     acks = [e for e in history if e["event"] == "ack"]
     claimed = defaultdict(list)
@@ -69,7 +76,6 @@ def test_concurrent_claims_are_disjoint_and_complete(ready_url: str, unique: str
     assert {i: w for i, w in claimed.items() if len(w) > 1} == {}, "an item went to two claimers"
     assert sorted(claimed) == items, "an item was lost"
     assert all(a["ok"] for a in acks) and len(acks) == len(items)
-    assert len({c["worker"] for c in claims}) > 1, "only one worker ever won: no race happened"
     assert queue.depth().total == 0
 
 
@@ -80,7 +86,8 @@ def test_stale_holders_are_refused_under_reclaim(ready_url: str, unique: str, tm
         queue.put(item)
     deadline = time.time() + 90
     history = run_workers(
-        store_workers.work_with_stalls, WORKERS, tmp_path, ready_url, unique, 0.6, deadline
+        store_workers.work_with_stalls, WORKERS, tmp_path, ready_url, unique, 0.6, deadline,
+        won=lambda e: e["event"] == "claim",
     )
     grants = defaultdict(list)
     for e in history:

@@ -66,11 +66,14 @@ def test_retry_reschedules_and_keeps_attempts(store: onceonly.Store, unique: str
     q = store.queue(unique)
     q.put("r", payload=[1, 2])
     (c1,) = q.claim(limit=1, lease=30)
-    assert q.retry(c1, time.time() + 0.4) is True
+    # Far enough ahead that the checks below finish before it (DynamoDB's depth
+    # is 16 queries; a loaded machine took more than 0.4 s), then wait for it.
+    due = time.time() + 2
+    assert q.retry(c1, due) is True
     assert q.retry(c1, time.time()) is False  # no longer held after the retry
     assert q.depth() == onceonly.QueueDepth(due=0, scheduled=1, in_flight=0)
     assert q.claim(limit=1, lease=30) == []
-    time.sleep(0.6)
+    time.sleep(max(0.0, due - time.time()) + 0.2)
     (c2,) = q.claim(limit=1, lease=30)
     assert (c2.item_id, c2.payload, c2.attempt) == ("r", [1, 2], 2)
     assert c2.token > c1.token

@@ -12,11 +12,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.support.redis_servers import private_redis
 
 from .cli_support import ONCEONLY, REPO_ROOT, run_cli
 
@@ -124,28 +127,49 @@ def test_a_non_atomic_store_makes_simulate_fail(tmp_path: Path) -> None:
     assert not processes_under(tmp_path)
 
 
-def test_ctrl_c_stops_every_replica_and_server(tmp_path: Path) -> None:
-    proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "2000", "--crash-rate", "0"],
+@contextmanager
+def long_run_under_way(tmp_path: Path, *options: str) -> Iterator[subprocess.Popen[str]]:
+    """A simulate run long enough to interrupt, once its four replicas are up;
+    killed at the end if it is still running."""
+    proc = subprocess.Popen([str(ONCEONLY), "simulate", "--events", "2000", "--crash-rate", "0", *options],
                             cwd=REPO_ROOT, env=isolated_env(tmp_path), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        # Wait until the embedded PostgreSQL and all four replicas are up: the run is under way.
         while len(replicas_under(tmp_path)) < 4 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        started = processes_under(tmp_path)
         assert len(replicas_under(tmp_path)) == 4, "the replicas never came up"
-        assert len(started) > 4, "the embedded PostgreSQL is not running"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_ctrl_c_stops_every_replica_and_server(tmp_path: Path) -> None:
+    with long_run_under_way(tmp_path) as proc:
+        started = processes_under(tmp_path)
+        assert len(started) > 4, "the embedded PostgreSQL is not running"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
     psutil.wait_procs([p for p in started if p.is_running()], timeout=10)
     left = processes_under(tmp_path)
     assert not left, [p.cmdline() for p in left]
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_a_store_dying_mid_run_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """The coordination store (a Redis of this test's own) is killed once the
+    replicas run: simulate must stop everything and say so in one line, not
+    print a traceback."""
+    with private_redis() as redis_server, long_run_under_way(tmp_path, "--store", redis_server.url) as proc:
+        redis_server.kill()
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("onceonly simulate: error: Redis store unreachable"), last
+    assert not processes_under(tmp_path), "simulate left processes running"
 
 
 def test_html_report_is_self_contained_and_holds_the_chart_data(crash_run: SimulateRun) -> None:

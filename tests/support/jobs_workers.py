@@ -59,6 +59,9 @@ def invoke_in_child(n: int, barrier: Any, history_path: Path, invocation: Invoca
         install(pause_at)
     handler = load_handler(REPO / "functions" / invocation.function, "app.handler")
     if barrier is not None:
+        from .function_clients import open_function_clients
+
+        open_function_clients()  # connected before the race, like a warm container
         barrier.wait(timeout=120)
     record: dict[str, Any] = {"worker": n, "pid": os.getpid()}
     try:

@@ -1,12 +1,14 @@
 """Worker processes for the webhook concurrency tests. Each one sets the Lambda
-environment, loads the REAL handler from functions/ (opening its own
-connections after start), waits at the barrier, invokes it and writes what the
-handler returned to its own history file."""
+environment, loads the REAL handler from functions/, opens the handler's own
+clients with one round trip each, waits at the barrier, invokes it and writes
+what the handler returned (and, for dispatch, what each record came to) to its
+own history file."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,37 +16,56 @@ from typing import TYPE_CHECKING, Any
 from onceonly_cli.lambda_runtime import LambdaContext, load_handler
 
 from . import REPO_ROOT
+from .function_clients import open_function_clients
 from .webhooks import scheduled_event
 
 if TYPE_CHECKING:
     from onceonly_cli.receiver import WebhookReceiver
-
-BARRIER_TIMEOUT = 120.0
-
 
 def _handler(function: str, env: dict[str, str]) -> Any:
     os.environ.update(env)
     return load_handler(REPO_ROOT / "functions" / function, "app.handler")
 
 
+def _record_kinds(handler: Any) -> list[str]:
+    """Wrap the dispatch module's ``record_handler`` (looked up at call time by
+    ``handler``) so that this worker learns what each of its records came to:
+    ``attempted`` when its INSERT created the delivery, else ``duplicate``."""
+    module = sys.modules[handler.__module__]
+    kinds: list[str] = []
+    real = module.record_handler
+
+    def recording(record: Any) -> str:
+        kind = real(record)
+        kinds.append(kind)
+        return str(kind)
+
+    module.record_handler = recording
+    return kinds
+
+
 def dispatch_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str, str],
                     batches_by_worker: list[list[dict[str, Any]]]) -> None:
-    from tests.concurrency.race import History
+    from tests.concurrency.race import BARRIER_TIMEOUT, History
 
     handler = _handler("webhook_dispatch", env)
+    kinds = _record_kinds(handler)
+    open_function_clients()
     history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)
     for event in batches_by_worker[worker_no]:
+        seen = len(kinds)
         response = handler(event, LambdaContext(function_name="webhook-dispatch", timeout_seconds=60))
         history.write(worker=worker_no, records=[r["messageId"] for r in event["Records"]],
-                      failures=[f["itemIdentifier"] for f in response["batchItemFailures"]])
+                      failures=[f["itemIdentifier"] for f in response["batchItemFailures"]], kinds=kinds[seen:])
     history.close()
 
 
 def retry_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str, str]) -> None:
-    from tests.concurrency.race import History
+    from tests.concurrency.race import BARRIER_TIMEOUT, History
 
     handler = _handler("webhook_retry", env)
+    open_function_clients()
     history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)
     summary = handler(scheduled_event(), LambdaContext(function_name="webhook-retry", timeout_seconds=60))

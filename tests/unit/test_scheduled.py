@@ -258,6 +258,9 @@ def test_store_factory_is_called_lazily(store: onceonly.Store, unique: str) -> N
         ({"time": None}, "no 'time'"),
         ({"time": "yesterday"}, "not an ISO 8601 time"),
         ({"time": "2026-11-29T02:00:00"}, "no timezone"),
+        # Valid ISO 8601, but before year 1 (or after 9999) once in UTC: OverflowError before.
+        ({"time": "0001-01-01T00:30:00+01:00"}, "out of range"),
+        ({"time": "9999-12-31T23:30:00-01:00"}, "out of range"),
     ],
 )
 def test_malformed_event_is_a_clear_error(change: dict[str, Any], message: str) -> None:

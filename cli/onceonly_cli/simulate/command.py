@@ -210,9 +210,12 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         relayed = load.relay(plan.bridge.take()) if plan.bridge else []
         driver.enqueue(relayed)
         unfinished, total, attempts = load.unfinished(conn)
+        # Read on every poll, not only at the end: a store that died mid-run
+        # stops the run here at once (one line, exit 1; see main.py).
+        retry_depth = retry_queue.depth().total
         progress.update(done_task, completed=total - unfinished)
         finished_all = driver.idle and not relayed and unfinished == 0 and total >= len(load.expected) and \
-            retry_queue.depth().total == 0
+            retry_depth == 0
         # Progress is work moving forward, never the retry schedule's own ticks.
         moved = (driver.messages_sent, total - unfinished, attempts, driver.cron_progress[0])
         if watch.observe(moved, finished=finished_all):

@@ -1,20 +1,40 @@
 """Argument checks and helpers every backend shares, so that bad input fails the
-same way, with the same message, on every store."""
+same way, with the same message, on every store: a ConfigError naming the
+argument, raised before any round trip (never StoreUnavailableError, which
+tells the caller to retry). The limits are documented in docs/coordination.md."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
-from ..api import Claim
+from ..api import Claim, Lease
 from ..errors import ConfigError
 
-MAX_NAME_LENGTH = 512
+# Bytes of UTF-8 in a lease name, queue name or item id. Sized for the tightest
+# key: a DynamoDB queue item's pk "q#" + url-quoted queue (up to 3 bytes per
+# byte) + "#" + item id = 2 + 1500 + 1 + 500 <= 2048, DynamoDB's limit for a
+# partition key. PostgreSQL's btree rows (about 2700 bytes) and Redis keys fit too.
+MAX_NAME_BYTES = 500
+# Bytes of UTF-8 JSON: SQS's and EventBridge's message limit, far below
+# DynamoDB's 400 KB item (which also holds the keys and bookkeeping attributes).
+MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_CLAIM_LIMIT = 1000
 # Ten years: past this a ttl is a bug, and some stores would overflow their
 # integer milliseconds instead of failing.
 MAX_SECONDS = 10 * 365 * 86400
+# Epoch seconds of 9999-12-31T23:59:59Z: every store's clock type (and
+# Python's datetime) holds it; 1e308 would overflow Redis's milliseconds.
+MAX_EPOCH = 253402300799
+# A fencing token is a PostgreSQL bigint.
+MAX_TOKEN = 2**63 - 1
+# json.dumps writes a NUL as \u0000 (after an even number of backslashes);
+# PostgreSQL's jsonb cannot store it.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def new_owner() -> str:
@@ -24,42 +44,105 @@ def new_owner() -> str:
 
 
 def check_name(name: str, what: str = "name") -> str:
+    """A lease name, queue name, item id or key prefix: a non-empty str without
+    NUL that encodes to at most MAX_NAME_BYTES of UTF-8 (so no lone surrogates)."""
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"{what} must be a non-empty string, got {name!r}")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ConfigError(f"{what} is longer than {MAX_NAME_LENGTH} characters")
+        raise ConfigError(f"{what} must be a non-empty string, got {_short(name)}")
+    if "\x00" in name:
+        raise ConfigError(f"{what} must not contain NUL characters, got {_short(name)}")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{what} is not valid Unicode (a lone surrogate at index {exc.start})") from None
+    if size > MAX_NAME_BYTES:
+        raise ConfigError(f"{what} is {size} bytes in UTF-8; at most {MAX_NAME_BYTES} are allowed")
     return name
 
 
 def check_seconds(value: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{what} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{what} must be a positive number of seconds, got {value!r}")
+        raise ConfigError(f"{what} must be a number of seconds, got {_short(value)}")
+    if not _finite(value) or value <= 0:
+        raise ConfigError(f"{what} must be a positive number of seconds, got {_short(value)}")
     if value > MAX_SECONDS:
-        raise ConfigError(f"{what} must be at most {MAX_SECONDS} seconds (ten years), got {value!r}")
+        raise ConfigError(f"{what} must be at most {MAX_SECONDS} seconds (ten years), got {_short(value)}")
     return float(value)
 
 
 def check_limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ConfigError(f"limit must be a positive integer, got {limit!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_LIMIT:
+        raise ConfigError(f"limit must be an integer from 1 to {MAX_CLAIM_LIMIT}, got {_short(limit)}")
     return limit
 
 
 def check_due_at(due_at: float | None) -> float | None:
+    """Epoch seconds from 0 to the end of year 9999, or None (now)."""
     if due_at is None:
         return None
-    if isinstance(due_at, bool) or not isinstance(due_at, (int, float)) or not math.isfinite(due_at):
-        raise ConfigError(f"due_at must be epoch seconds or None, got {due_at!r}")
+    if isinstance(due_at, bool) or not isinstance(due_at, (int, float)):
+        raise ConfigError(f"due_at must be epoch seconds or None, got {_short(due_at)}")
+    if not (_finite(due_at) and 0 <= due_at <= MAX_EPOCH):
+        raise ConfigError(f"due_at must be epoch seconds from 0 to {MAX_EPOCH} (year 9999), got {_short(due_at)}")
     return float(due_at)
 
 
+def check_retry_due_at(due_at: float) -> float:
+    due = check_due_at(due_at)
+    if due is None:
+        raise ConfigError("retry needs a due_at (epoch seconds), got None")
+    return due
+
+
+def check_lease(lease: Lease) -> Lease:
+    """A Lease as acquire/renew returned it; a wrong type or a hand-built one with
+    bad fields would otherwise fail inside a driver, or as 'unavailable'."""
+    if not isinstance(lease, Lease):
+        raise ConfigError(f"lease must be a onceonly.Lease (from acquire), got {type(lease).__name__}")
+    check_name(lease.name, "lease.name")
+    check_name(lease.owner, "lease.owner")
+    _check_token(lease.token, "lease.token")
+    return lease
+
+
+def check_claim(claim: Claim, queue: str) -> Claim:
+    """A Claim this queue's claim() returned."""
+    if not isinstance(claim, Claim):
+        raise ConfigError(f"claim must be a onceonly.Claim (from claim), got {type(claim).__name__}")
+    if claim.queue != queue:
+        raise ConfigError(f"claim is of queue {_short(claim.queue)}, not of queue {queue!r}")
+    check_name(claim.item_id, "claim.item_id")
+    check_name(claim.owner, "claim.owner")
+    _check_token(claim.token, "claim.token")
+    return claim
+
+
+def check_claims(claims: Sequence[Claim], queue: str) -> list[Claim]:
+    if isinstance(claims, (str, bytes, Claim)) or not isinstance(claims, Sequence):
+        raise ConfigError(f"claims must be a list of onceonly.Claim, got {type(claims).__name__}")
+    return [check_claim(claim, queue) for claim in claims]
+
+
+def _check_token(token: int, what: str) -> None:
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= MAX_TOKEN:
+        raise ConfigError(f"{what} must be an integer from 0 to 2**63-1, got {_short(token)}")
+
+
 def encode_payload(payload: Any) -> str:
+    """The payload as JSON text every store keeps as is: strict JSON (no NaN or
+    Infinity), valid UTF-8, no NUL (jsonb refuses it), at most MAX_PAYLOAD_BYTES."""
     try:
-        return json.dumps(payload, separators=(",", ":"), sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"payload must be JSON-serialisable: {exc}") from exc
+        text = json.dumps(payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False,
+                          allow_nan=False)
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"payload is not valid Unicode (a lone surrogate): {exc.reason}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"payload must be JSON-serialisable without NaN or Infinity: {exc}") from exc
+    if _JSON_NUL.search(text):
+        raise ConfigError("payload must not contain NUL characters (PostgreSQL's jsonb cannot store them)")
+    if size > MAX_PAYLOAD_BYTES:
+        raise ConfigError(f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are allowed")
+    return text
 
 
 def decode_payload(text: str | bytes | None) -> Any:
@@ -69,3 +152,14 @@ def decode_payload(text: str | bytes | None) -> Any:
 def grant_key(claim: Claim) -> tuple[str, int, str]:
     """What identifies one grant of an item: a stale and a fresh claim differ."""
     return (claim.item_id, claim.token, claim.owner)
+
+
+def _finite(value: float) -> bool:
+    """math.isfinite, for ints too large to become a float (10**400)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """A repr for messages: a megabyte-long bad name must not become the message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({type(value).__name__})"

@@ -454,7 +454,7 @@ class DynamoDBStore:
     ) -> dict[str, Any] | None:
         return self._conditional(
             what, "update_item",
-            Key=_lease_key(common.check_name(lease.name)),
+            Key=_lease_key(common.check_lease(lease).name),
             ConditionExpression=LEASE_IS_HELD_BY_CALLER,
             UpdateExpression=update,
             ExpressionAttributeNames=_names(LEASE_IS_HELD_BY_CALLER, update),
@@ -626,6 +626,7 @@ class DynamoDBQueue:
         """Conditional deletes issued concurrently (DynamoDB has no conditional
         batch delete, and dynalite no transactions). Raises the first store error
         after all were tried; the other deletes may have been applied."""
+        claims = common.check_claims(claims, self.name)
         # One delete per item: a claim listed twice is acked once, in order.
         first_index = {common.grant_key(c): i for i, c in reversed(list(enumerate(claims)))}
         distinct = [claims[i] for i in sorted(first_index.values())]
@@ -648,9 +649,7 @@ class DynamoDBQueue:
         return response is not None
 
     def retry(self, claim: Claim, due_at: float) -> bool:
-        due = common.check_due_at(due_at)
-        if due is None:
-            raise ConfigError("retry needs a due_at")
+        claim, due = common.check_claim(claim, self.name), common.check_retry_due_at(due_at)
         response = self._store._conditional(
             "retry", "update_item",
             Key=self._key(claim.item_id),

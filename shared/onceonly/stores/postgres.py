@@ -13,7 +13,7 @@ import psycopg_pool
 from psycopg.rows import dict_row
 
 from ..api import Claim, Lease, LeaseState, QueueDepth
-from ..errors import ConfigError, LeaseLostError, StoreNotReadyError, StoreUnavailableError
+from ..errors import LeaseLostError, StoreNotReadyError, StoreUnavailableError
 from . import _common as common
 from .pgpool import bounded_pool
 from .sqlfile import load_queries
@@ -82,6 +82,7 @@ class PostgresStore:
         return Lease(**rows[0]) if rows else None
 
     def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
+        lease = common.check_lease(lease)
         params = {"name": lease.name, "owner": lease.owner, "token": lease.token,
                   "ttl": common.check_seconds(ttl, "ttl")}
         rows = self._run("renew", params)
@@ -90,9 +91,11 @@ class PostgresStore:
         return Lease(**rows[0])
 
     def release(self, lease: Lease) -> bool:
+        lease = common.check_lease(lease)
         return bool(self._run("release", {"name": lease.name, "owner": lease.owner, "token": lease.token}))
 
     def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+        lease = common.check_lease(lease)
         params = {"name": lease.name, "owner": lease.owner, "token": lease.token,
                   "keep": common.check_seconds(keep, "keep")}
         return bool(self._run("complete", params))
@@ -116,6 +119,7 @@ class PostgresQueue:
                                  "due_at": common.check_due_at(due_at)})
 
     def cancel(self, item_id: str) -> bool:
+        item_id = common.check_name(item_id, "item_id")
         return bool(self._store._run("cancel", {"queue": self.name, "item_id": item_id}))
 
     def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
@@ -127,6 +131,7 @@ class PostgresQueue:
         return self.ack_many([claim])[0]
 
     def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
+        claims = common.check_claims(claims, self.name)
         if not claims:
             return []
         params = {"queue": self.name, "item_ids": [c.item_id for c in claims],
@@ -140,9 +145,7 @@ class PostgresQueue:
         return results
 
     def retry(self, claim: Claim, due_at: float) -> bool:
-        due = common.check_due_at(due_at)
-        if due is None:
-            raise ConfigError("retry needs a due_at")
+        claim, due = common.check_claim(claim, self.name), common.check_retry_due_at(due_at)
         params = {"queue": self.name, "item_id": claim.item_id, "token": claim.token,
                   "owner": claim.owner, "due_at": due}
         return bool(self._store._run("retry", params))

@@ -257,6 +257,7 @@ class RedisStore:
         return Lease(name=name, owner=owner, token=int(token), expires_at=_seconds(expires_ms))
 
     def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
+        lease = common.check_lease(lease)
         ttl_ms = _milliseconds(common.check_seconds(ttl, "ttl"))
         expires_ms = self._run("renew", [self._lease_key(lease.name)], [lease.owner, lease.token, ttl_ms])
         if expires_ms is None:
@@ -264,9 +265,11 @@ class RedisStore:
         return Lease(name=lease.name, owner=lease.owner, token=lease.token, expires_at=_seconds(expires_ms))
 
     def release(self, lease: Lease) -> bool:
+        lease = common.check_lease(lease)
         return bool(self._run("release", [self._lease_key(lease.name)], [lease.owner, lease.token]))
 
     def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+        lease = common.check_lease(lease)
         keep_ms = _milliseconds(common.check_seconds(keep, "keep"))
         return bool(self._run("complete", [self._lease_key(lease.name)], [lease.owner, lease.token, keep_ms]))
 
@@ -303,7 +306,7 @@ class RedisQueue:
         self._run("put", [item_id, payload_text, "" if due is None else _epoch_ms(due)])
 
     def cancel(self, item_id: str) -> bool:
-        return bool(self._run("cancel", [item_id]))
+        return bool(self._run("cancel", [common.check_name(item_id, "item_id")]))
 
     def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
         owner = common.new_owner()
@@ -321,15 +324,14 @@ class RedisQueue:
         return self.ack_many([claim])[0]
 
     def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
+        claims = common.check_claims(claims, self.name)
         if not claims:
             return []
         args = [field for c in claims for field in (c.item_id, c.token, c.owner)]
         return [bool(acked) for acked in self._run("ack_many", args)]
 
     def retry(self, claim: Claim, due_at: float) -> bool:
-        due = common.check_due_at(due_at)
-        if due is None:
-            raise ConfigError("retry needs a due_at")
+        claim, due = common.check_claim(claim, self.name), common.check_retry_due_at(due_at)
         return bool(self._run("retry", [claim.item_id, claim.token, claim.owner, _epoch_ms(due)]))
 
     def depth(self) -> QueueDepth:
