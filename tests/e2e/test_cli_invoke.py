@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import onceonly
+
 from .cli_support import one_line_error, run_cli
 
 HANDLER = '''
@@ -50,6 +52,18 @@ Resources:
 """
 
 
+@pytest.fixture(scope="module")
+def ready_database(postgres_url: str) -> str:
+    """The session's database with the coordination store set up, as `--no-setup`
+    expects (it only checks the store answers); not left to earlier tests."""
+    store = onceonly.connect(postgres_url)
+    try:
+        store.setup()
+    finally:
+        store.close()
+    return postgres_url
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     (tmp_path / "echo").mkdir()
@@ -59,27 +73,27 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_invoke_prints_the_response_with_template_env_and_deadline(project: Path, postgres_url: str) -> None:
+def test_invoke_prints_the_response_with_template_env_and_deadline(project: Path, ready_database: str) -> None:
     env_vars = project / "env.json"
     env_vars.write_text(json.dumps({"Parameters": {"FROM_FILE": "p"}, "EchoFunction": {"GREETING": "hi"}}))
     result = run_cli("invoke", "EchoFunction", "--event", "event.json", "--env-vars", str(env_vars),
-                     "--database", postgres_url, "--no-setup", cwd=project)
+                     "--database", ready_database, "--no-setup", cwd=project)
     assert result.returncode == 0, result.stderr
     response = json.loads(result.stdout)
     assert response["echo"] == {"hello": "world"}
     assert 0 < response["remaining_ms"] <= 9000
     assert response["function_name"] == "EchoFunction"
     assert response["env"] == {
-        "GREETING": "hi", "FROM_FILE": "p", "DATABASE_URL": postgres_url, "ONCEONLY_STORE_URL": postgres_url,
+        "GREETING": "hi", "FROM_FILE": "p", "DATABASE_URL": ready_database, "ONCEONLY_STORE_URL": ready_database,
         "AWS_LAMBDA_FUNCTION_NAME": "EchoFunction", "UNRESOLVED": None,
     }
     assert "a log line, not the response" in result.stderr
     assert "UNRESOLVED" in result.stderr  # the user is told what only CloudFormation could set
 
 
-def test_a_raising_handler_prints_the_lambda_error_and_fails(project: Path, postgres_url: str) -> None:
+def test_a_raising_handler_prints_the_lambda_error_and_fails(project: Path, ready_database: str) -> None:
     (project / "boom.json").write_text('{"boom": true}')
-    result = run_cli("invoke", "EchoFunction", "-e", "boom.json", "--database", postgres_url, "--no-setup",
+    result = run_cli("invoke", "EchoFunction", "-e", "boom.json", "--database", ready_database, "--no-setup",
                      cwd=project)
     assert result.returncode == 1
     assert json.loads(result.stdout)["errorType"] == "ValueError"
@@ -87,9 +101,9 @@ def test_a_raising_handler_prints_the_lambda_error_and_fails(project: Path, post
     assert last_line == "onceonly invoke: error: EchoFunction failed: ValueError: boom requested"
 
 
-def test_the_template_timeout_kills_the_invocation(project: Path, postgres_url: str) -> None:
+def test_the_template_timeout_kills_the_invocation(project: Path, ready_database: str) -> None:
     (project / "slow.json").write_text('{"sleep": 30}')
-    result = run_cli("invoke", "SlowFunction", "-e", "slow.json", "--database", postgres_url, "--no-setup",
+    result = run_cli("invoke", "SlowFunction", "-e", "slow.json", "--database", ready_database, "--no-setup",
                      cwd=project, timeout=60)
     assert result.returncode == 1
     assert "Task timed out after 1.00 seconds" in result.stdout
