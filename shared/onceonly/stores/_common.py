@@ -41,6 +41,12 @@ def check_seconds(value: float, what: str) -> float:
     return float(value)
 
 
+def check_flag(value: bool, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{what} must be True or False, got {value!r}")
+    return value
+
+
 def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ConfigError(f"limit must be a positive integer, got {limit!r}")
