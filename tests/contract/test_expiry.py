@@ -85,7 +85,9 @@ def test_postgres_expiring_completions_prune_what_outlived_its_keep(postgres_url
             assert lease is not None
             assert store.complete(lease, keep=KEEP, expire=name != f"{unique}-kept")
         wait_past_keep(time.time() + KEEP)
-        assert all(raw_lease_record(postgres_url, name) is not None for name in old)  # nothing pruned yet
+        # The loop's own completions may have pruned its first names already (a
+        # slow machine); the last one can only go through the next completion.
+        assert raw_lease_record(postgres_url, old[-1]) is not None
         fresh = store.acquire(f"{unique}-fresh", ttl=30)
         assert fresh is not None
         assert store.complete(fresh, keep=60, expire=True)
