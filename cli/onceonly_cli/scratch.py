@@ -96,7 +96,8 @@ def with_table(url: str, table: str) -> str:
 
 
 def delete_table(url: str) -> None:
-    """Delete the table of the ``dynamodb://TABLE?…`` URL, if it exists."""
+    """Delete the table of the ``dynamodb://TABLE?…`` URL, if it exists, and wait
+    until it is gone (deletion is asynchronous, even on dynalite)."""
     import boto3
 
     parts = urlsplit(url)
@@ -105,6 +106,8 @@ def delete_table(url: str) -> None:
                           endpoint_url=options.get("endpoint_url"))
     try:
         client.delete_table(TableName=parts.netloc)
+        client.get_waiter("table_not_exists").wait(TableName=parts.netloc,
+                                                   WaiterConfig={"Delay": 1, "MaxAttempts": 60})
     except client.exceptions.ResourceNotFoundException:
         pass
     finally:

@@ -97,3 +97,31 @@ def test_postgres_expiring_completions_prune_what_outlived_its_keep(postgres_url
         assert store.prune_expired() == 0
     finally:
         store.close()
+
+
+def test_postgres_setup_upgrades_a_table_from_before_expiry(postgres_server_url: str) -> None:
+    """A leases table created without the expires column gets it from setup(),
+    and its old records are kept (they were never marked to expire)."""
+    import psycopg
+
+    from onceonly.stores.postgres import PostgresStore
+    from tests.support.scratch import scratch_database
+
+    with scratch_database(postgres_server_url, "onceonly_upgrade") as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE onceonly_leases (name text PRIMARY KEY, owner text, token bigint NOT NULL, "
+                         "busy_until timestamptz NOT NULL, completed boolean NOT NULL DEFAULT false)")
+            conn.execute("INSERT INTO onceonly_leases VALUES ('tick:old:2020-01-01T00:00:00Z', 'o', 3, "
+                         "'2020-01-08', true)")
+        store = PostgresStore.from_url(url)
+        try:
+            store.setup()
+            store.setup()  # idempotent once the column is there
+            assert store.prune_expired() == 0
+            record = raw_lease_record(url, "tick:old:2020-01-01T00:00:00Z")
+            assert record is not None and record["expires"] is False and record["token"] == 3
+            again = store.acquire("tick:old:2020-01-01T00:00:00Z", ttl=30)
+            assert again is not None and again.token == 4
+            assert store.complete(again, keep=60, expire=True)
+        finally:
+            store.close()

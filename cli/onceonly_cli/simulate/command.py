@@ -10,6 +10,7 @@ import os
 import random
 import secrets
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -123,22 +124,20 @@ def simulate_command(args: argparse.Namespace) -> int:
         for kind in KEYWORDS:
             console.rule(f"store: {kind}")
             reports.append(run_simulation(args, kind, seed, specs, console))
-        comparison = build_comparison(reports, seed)
-        if args.report:
-            _write(args.report, render_comparison_html(comparison))
-        if args.json:
-            print(json.dumps(comparison, indent=2, sort_keys=True))
-        else:
-            print_comparison(comparison, Console())
-        return 0 if comparison["ok"] else INVARIANT_BROKEN
-    report = run_simulation(args, args.store, seed, specs, console)
+        return _publish(args, build_comparison(reports, seed), render_comparison_html, print_comparison)
+    return _publish(args, run_simulation(args, args.store, seed, specs, console), render_html, print_report)
+
+
+def _publish(args: argparse.Namespace, result: dict[str, Any], html: Callable[[dict[str, Any]], str],
+             text: Callable[[dict[str, Any], Console], None]) -> int:
+    """The report (or comparison) as --report HTML, then JSON or tables; the exit code."""
     if args.report:
-        _write(args.report, render_html(report))
+        _write(args.report, html(result))
     if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
+        print(json.dumps(result, indent=2, sort_keys=True))
     else:
-        print_report(report, Console())
-    return 0 if report["ok"] else INVARIANT_BROKEN
+        text(result, Console())
+    return 0 if result["ok"] else INVARIANT_BROKEN
 
 
 def run_simulation(args: argparse.Namespace, store: str | None, seed: int, specs: dict[str, Any],

@@ -12,9 +12,17 @@ CREATE TABLE IF NOT EXISTS onceonly_leases (
     completed   boolean NOT NULL DEFAULT false
 );
 -- expires: a completed record that may be deleted once busy_until (its keep)
--- has passed (complete(..., expire=True), e.g. one cron tick). Added by ALTER
--- so that tables created before it get it too.
-ALTER TABLE onceonly_leases ADD COLUMN IF NOT EXISTS expires boolean NOT NULL DEFAULT false;
+-- has passed (complete(..., expire=True), e.g. one cron tick). Added here so
+-- that tables created before it get it too; only when missing, because ALTER
+-- TABLE locks the table exclusively even when IF NOT EXISTS finds the column.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                    WHERE table_schema = current_schema() AND table_name = 'onceonly_leases'
+                      AND column_name = 'expires') THEN
+        ALTER TABLE onceonly_leases ADD COLUMN expires boolean NOT NULL DEFAULT false;
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS onceonly_leases_expiring ON onceonly_leases (busy_until) WHERE expires;
 CREATE TABLE IF NOT EXISTS onceonly_queue (
     queue         text NOT NULL,
