@@ -109,8 +109,17 @@ class _NoTtlApi:
         raise ClientError({"Error": {"Code": "UnknownOperationException", "Message": ""}}, "UpdateTimeToLive")
 
 
-def test_setup_works_on_a_server_without_ttl(client: Any) -> None:
-    store = DynamoDBStore(_NoTtlApi(client), TABLE)
+class _NoTtlPermission(_NoTtlApi):
+    """A role allowed to describe the table, not its TTL (a narrow deploy role)."""
+
+    def describe_time_to_live(self, **kwargs: Any) -> Any:
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}},
+                          "DescribeTimeToLive")
+
+
+@pytest.mark.parametrize("wrap", [_NoTtlApi, _NoTtlPermission], ids=["no-ttl-api", "no-ttl-permission"])
+def test_setup_works_without_ttl(client: Any, wrap: Any) -> None:
+    store = DynamoDBStore(wrap(client), TABLE)
     store.setup()
     lease = store.acquire("tick:job:2026-01-01T00:00:00Z", ttl=30)
     assert lease is not None and store.complete(lease, keep=60, expire=True)

@@ -371,8 +371,9 @@ class DynamoDBStore:
 
     def _enable_ttl(self) -> None:
         """Turn on TTL deletion by ``expire_at`` unless it is on already. A local
-        stand-in without the TTL API (dynalite) keeps every record: logged, not an
-        error, since nothing but the table's size depends on it."""
+        stand-in without the TTL API (dynalite), or a role without the TTL
+        permissions, keeps every record: logged, not an error, since nothing but
+        the table's size depends on it."""
         try:
             status, attribute = self._ttl_status()
             if status in TTL_ON:
@@ -392,6 +393,13 @@ class DynamoDBStore:
         except ClientError as exc:
             if _error_code(exc) == "UnknownOperationException":
                 log.info("table %s: this DynamoDB server has no TTL API; expiring records stay", self.table)
+                return
+            if _error_code(exc) == "AccessDeniedException":
+                # Leases do not depend on it: say what to grant (or declare TTL
+                # with the table, as template.yaml does) and go on.
+                log.warning("table %s: not allowed to check or turn on TTL by %r (dynamodb:DescribeTimeToLive,"
+                            " dynamodb:UpdateTimeToLive); expiring records stay until TTL is on",
+                            self.table, TTL_ATTRIBUTE)
                 return
             raise self._translate("setup (enabling TTL)", exc) from exc
         except BotoCoreError as exc:
