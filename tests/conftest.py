@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 import onceonly
-from onceonly_cli.servers import LocalServers, ServerSetupError
-from tests.support.scratch import scratch_database, scratch_redis_prefix
+from onceonly_cli.servers import DEFAULT_POSTGRES_URL, LocalServers, ServerSetupError
+from tests.support.default_data import changes, fingerprint
+from tests.support.scratch import delete_table, scratch_database, scratch_redis_prefix
 
 # boto3 needs credentials and a region even for a local endpoint; never real ones.
 os.environ.update(
@@ -24,6 +25,20 @@ os.environ.update(
 os.environ.pop("AWS_PROFILE", None)
 
 BACKENDS = ["postgres", "redis", "dynamodb"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_database_left_alone() -> Iterator[None]:
+    """The session fails if the user's default database (what `onceonly status`
+    shows without options) changed while it ran: tests write only to databases,
+    key prefixes and tables of their own."""
+    before = fingerprint()
+    yield
+    if before is not None:
+        changed = changes(before, fingerprint() or {})
+        if changed:
+            pytest.fail(f"the test session changed the default database {DEFAULT_POSTGRES_URL}: "
+                        + "; ".join(changed), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -68,14 +83,23 @@ def redis_url(redis_server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def dynalite_endpoint(local_servers: LocalServers) -> str:
-    return _or_fail(local_servers.dynalite)
+def dynalite_endpoint(local_servers: LocalServers) -> Iterator[str]:
+    """The session's dynalite; every table a test creates on it must be gone at the end."""
+    endpoint = _or_fail(local_servers.dynalite)
+    yield endpoint
+    import boto3
+
+    left = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=endpoint).list_tables()["TableNames"]
+    if left:
+        pytest.fail(f"tests left DynamoDB tables behind: {', '.join(left)}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
-def dynamodb_url(dynalite_endpoint: str) -> str:
-    table = f"onceonly-test-{secrets.token_hex(4)}"
-    return f"dynamodb://{table}?region=us-east-1&endpoint_url={dynalite_endpoint}"
+def dynamodb_url(dynalite_endpoint: str) -> Iterator[str]:
+    """A table of this run's own on the session's dynalite, deleted at the end."""
+    url = f"dynamodb://onceonly-test-{secrets.token_hex(4)}?region=us-east-1&endpoint_url={dynalite_endpoint}"
+    yield url
+    delete_table(url)
 
 
 @pytest.fixture(scope="session")

@@ -65,15 +65,6 @@ class FakePayments:
         self._thread: threading.Thread | None = None
 
     # -- data ------------------------------------------------------------------
-    def continue_after(self, paging_token: str) -> None:
-        """Number the records after ``paging_token``, as a real API's history goes
-        on: a poller whose cursor an earlier run left there sees every new record."""
-        with self._lock:
-            if self._records:
-                raise RuntimeError("continue_after must come before the first add")
-            if paging_token.isdigit():
-                self._base = int(paging_token)
-
     def _asset(self, code: str | None, issuer: str | None) -> dict[str, Any]:
         if code is None:
             return {"asset_type": "native"}

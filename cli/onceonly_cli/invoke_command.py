@@ -9,7 +9,7 @@ import sys
 from .errors import CliError
 from .invoke import function_spec, lambda_environment, read_env_vars, read_json_file, run_function
 from .servers import LocalServers
-from .stores import check_database, migrate_database, open_store, resolve_targets
+from .stores import check_database, migrate_database, open_store, redact, resolve_targets
 
 
 def invoke_command(args: argparse.Namespace) -> int:
@@ -22,6 +22,9 @@ def invoke_command(args: argparse.Namespace) -> int:
         if servers.embedded:
             print("note: using a throwaway embedded PostgreSQL; pass --database to keep the data",
                   file=sys.stderr)
+        if servers.processes:
+            print(f"note: using a throwaway local store ({redact(targets.store_url)}); pass a store URL "
+                  "to keep its records", file=sys.stderr)
         check_database(targets.database_url)
         if not args.no_setup:
             migrate_database(targets.database_url)

@@ -1,4 +1,4 @@
-"""The `onceonly` command line: simulate, invoke, status, redrive, migrate.
+"""The `onceonly` command line: simulate, invoke, status, prune, redrive, migrate.
 
 Every user-facing failure is one line on stderr and a non-zero exit code;
 tracebacks are for bugs only."""
@@ -25,12 +25,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _store_options(parser: argparse.ArgumentParser) -> None:
+def _store_options(parser: argparse.ArgumentParser, keywords: str) -> None:
     parser.add_argument("--database", metavar="URL",
                         help="domain PostgreSQL URL (default: $DATABASE_URL, else a local PostgreSQL)")
-    parser.add_argument("--store", metavar="URL",
-                        help="coordination store URL: postgresql://, redis:// or dynamodb://TABLE?"
-                             "endpoint_url=… (default: $ONCEONLY_STORE_URL, else the database)")
+    parser.add_argument("--store", metavar="KIND|URL",
+                        help=f"coordination store: {keywords}, or a URL: postgresql://, redis:// or "
+                             "dynamodb://TABLE?endpoint_url=… (default: $ONCEONLY_STORE_URL, else the database)")
 
 
 def _version() -> str:
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = commands.add_parser("simulate",
                               help="run the real functions as N replicas under duplicates and crashes")
-    _store_options(sim)
+    _store_options(sim, "postgresql, redis or dynamodb (a fresh local stand-in), all (each in turn)")
     sim.add_argument("--events", type=_positive_int, default=200, help="webhook events to feed (default 200)")
     sim.add_argument("--replicas", type=_positive_int, default=4, help="replica processes (default 4)")
     sim.add_argument("--receiver-latency", type=_non_negative_float, default=0.005, metavar="SECONDS",
@@ -77,13 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
     inv.add_argument("--env-vars", "-n", type=Path, help="SAM-style env vars JSON file")
     inv.add_argument("--no-setup", action="store_true",
                      help="do not apply the domain migrations or create the store's tables first")
-    _store_options(inv)
+    _store_options(inv, "postgresql, redis (the local server, else a stand-in) or dynamodb (a stand-in)")
 
+    local_keywords = "postgresql or redis (the local server)"
     status = commands.add_parser("status", help="due queue, dead letters, held leases, last ticks")
-    _store_options(status)
+    _store_options(status, local_keywords)
+    status.add_argument("--json", action="store_true", help="print the status as JSON, for scripts")
+
+    prune = commands.add_parser("prune", help="delete cron-tick records whose keep has passed (PostgreSQL)")
+    _store_options(prune, local_keywords)
+    prune.add_argument("--batch", type=_positive_int, default=1000, metavar="N",
+                       help="records deleted per statement (default 1000)")
 
     redrive = commands.add_parser("redrive", help="re-queue dead-lettered webhook deliveries")
-    _store_options(redrive)
+    _store_options(redrive, local_keywords)
     which = redrive.add_mutually_exclusive_group(required=True)
     which.add_argument("--delivery", metavar="ID", action="append", help="a dead delivery's id (repeatable)")
     which.add_argument("--all", action="store_true", help="every dead delivery")
@@ -140,6 +147,10 @@ def _run(args: argparse.Namespace) -> int:
         from .redrive_command import redrive_command
 
         return redrive_command(args)
+    if args.command == "prune":
+        from .prune_command import prune_command
+
+        return prune_command(args)
     from .simulate.command import simulate_command
 
     return simulate_command(args)

@@ -13,6 +13,7 @@ import onceonly
 
 from .errors import CliError
 from .servers import DEFAULT_POSTGRES_URL
+from .standins import existing_store, store_keyword
 from .stores import check_database, open_store
 
 DEFAULT_QUEUE = "webhook-retries"
@@ -25,14 +26,23 @@ class Ops:
     queue_name: str
 
 
-@contextmanager
-def open_ops(database: str | None, store: str | None) -> Iterator[Ops]:
-    """Options, then $DATABASE_URL / $ONCEONLY_STORE_URL, then the local PostgreSQL
-    (never an embedded one: a fresh server would have nothing to show)."""
-    from psycopg_pool import ConnectionPool
-
+def existing_targets(database: str | None, store: str | None) -> tuple[str, str]:
+    """(database URL, store URL) of a command that reads what is there: options,
+    then $DATABASE_URL / $ONCEONLY_STORE_URL, then the local PostgreSQL (never an
+    embedded one: a fresh server would have nothing to show). A store keyword
+    names the local server of that kind (standins.existing_store)."""
     database_url = database or os.environ.get("DATABASE_URL") or DEFAULT_POSTGRES_URL
     store_url = store or os.environ.get("ONCEONLY_STORE_URL") or database_url
+    kind = store_keyword(store_url)
+    return database_url, store_url if kind is None else existing_store(kind, database_url)
+
+
+@contextmanager
+def open_ops(database: str | None, store: str | None) -> Iterator[Ops]:
+    """The domain database and the store of :func:`existing_targets`, checked."""
+    from psycopg_pool import ConnectionPool
+
+    database_url, store_url = existing_targets(database, store)
     check_database(database_url)
     opened = open_store(store_url, setup=False)
     pool = ConnectionPool(database_url, min_size=0, max_size=1, timeout=5, open=True, name="onceonly-cli")

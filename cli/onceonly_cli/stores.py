@@ -10,6 +10,7 @@ import onceonly
 
 from .errors import CliError
 from .servers import LocalServers, ServerSetupError
+from .standins import start_standin, store_keyword
 
 PING_NAME = "onceonly-cli:ping"
 
@@ -36,7 +37,9 @@ def resolve_targets(
 ) -> Targets:
     """Options win over env vars (DATABASE_URL, ONCEONLY_STORE_URL). Without either,
     a local PostgreSQL is used (``servers`` may start an embedded one); the
-    coordination store defaults to the same PostgreSQL as the domain data."""
+    coordination store defaults to the same PostgreSQL as the domain data. A store
+    keyword (redis, dynamodb, ...) means the local server or a stand-in
+    (standins.py)."""
     database = database or os.environ.get("DATABASE_URL")
     store = store or os.environ.get("ONCEONLY_STORE_URL")
     if not database:
@@ -46,6 +49,9 @@ def resolve_targets(
             database = servers.postgres(embedded=embedded)
         except ServerSetupError as exc:
             raise CliError(str(exc)) from None
+    kind = store_keyword(store)
+    if kind is not None and servers is not None:
+        store = start_standin(kind, servers, database, reuse_local=True)
     return Targets(database_url=database, store_url=store or database)
 
 

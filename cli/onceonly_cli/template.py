@@ -154,3 +154,18 @@ def find_function(template_path: Path, logical_id: str) -> FunctionSpec:
         unresolved_env=tuple(unresolved),
         layers=_layer_dirs(template, prop("Layers"), base),
     )
+
+
+def schedule_expression(template_path: Path, logical_id: str) -> str | None:
+    """The ``Schedule`` of the function's first scheduled event (``rate(…)`` or
+    ``cron(…)``), or None if it has none the template spells out."""
+    resource = load_template(Path(template_path))["Resources"].get(logical_id)
+    events = ((resource or {}).get("Properties") or {}).get("Events") or {}
+    for event in events.values():
+        if not isinstance(event, dict) or event.get("Type") not in ("Schedule", "ScheduleV2"):
+            continue
+        props = event.get("Properties") or {}
+        expression = props.get("Schedule") or props.get("ScheduleExpression")
+        if isinstance(expression, str):
+            return expression
+    return None

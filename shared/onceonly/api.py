@@ -95,9 +95,16 @@ class Store(Protocol):
     def release(self, lease: Lease) -> bool:
         """Give the name back at once. False if this lease no longer held it."""
 
-    def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+    def complete(self, lease: Lease, keep: float = 86400.0, *, expire: bool = False) -> bool:
         """Mark ``name`` done: acquire() returns None for ``keep`` seconds. False if
-        this lease no longer held it."""
+        this lease no longer held it.
+
+        ``expire=True`` lets the store delete the record once ``keep`` has passed
+        (Redis: the key's expiry; DynamoDB: the ``expire_at`` TTL attribute;
+        PostgreSQL: pruned by later expiring completions and ``prune_expired``).
+        The name's token then starts again at 1, so ask for it only for names that
+        are never granted again after ``keep``, such as one cron tick. Without it
+        the record is kept forever and the token strictly increases."""
 
     def inspect(self, name: str) -> LeaseState | None:
         """The current record of ``name`` (for status tools), or None if never granted."""

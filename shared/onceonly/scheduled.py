@@ -9,8 +9,10 @@ backend):
 
 - granted: the body runs with a :class:`Tick` (fencing token, renewal) while a
   heartbeat thread renews the tick's short lease; success completes the record
-  for ``keep`` seconds, so later duplicates of the tick are skipped; an
-  exception releases it and propagates, so a retry of the tick can run;
+  for ``keep`` seconds, so later duplicates of the tick are skipped, and lets
+  it expire after that (``complete(expire=True)``: records do not pile up at
+  one per tick); an exception releases it and propagates, so a retry of the
+  tick can run;
 - held by a running invocation, or completed: the invocation is skipped and
   logged. Never an error;
 - a crashed run's heartbeat dies with it, so its record frees itself within one
@@ -249,7 +251,9 @@ def scheduled(
         except Exception:
             _release_after_failure(tick_store, tick.lease, log, context_fields)
             raise
-        if not tick_store.complete(tick.lease, keep=keep):
+        # expire: no retry or redelivery of a tick comes after keep, so its
+        # record may go then (the only grant-once name the guard writes).
+        if not tick_store.complete(tick.lease, keep=keep, expire=True):
             count("ticks_superseded")
             log.warning("tick ran but its lease was lost before completion; a newer run owns it",
                         extra=context_fields)

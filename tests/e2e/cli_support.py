@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +11,23 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ONCEONLY = Path(sys.executable).parent / "onceonly"
 
 
+# What a command falls back to without --database: a port nothing listens on, so
+# a test that forgets --database fails ("unreachable") instead of writing to the
+# user's default database (postgresql://postgres@127.0.0.1:5432/test).
+NO_FALLBACK_DATABASE = "postgresql://no-fallback-in-tests@127.0.0.1:1/pass_database"
+
+
 def run_cli(*args: str, cwd: Path = REPO_ROOT, timeout: float = 120,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     assert ONCEONLY.exists(), f"{ONCEONLY} missing: run `pip install -e .` in {REPO_ROOT}"
+    given = env or {}
+    child_env = dict(os.environ if env is None else env)
+    # The user's own DATABASE_URL / ONCEONLY_STORE_URL never reach a test's command.
+    child_env["DATABASE_URL"] = given.get("DATABASE_URL", NO_FALLBACK_DATABASE)
+    if "ONCEONLY_STORE_URL" not in given:
+        child_env.pop("ONCEONLY_STORE_URL", None)
     return subprocess.run([str(ONCEONLY), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=child_env)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

@@ -4,7 +4,11 @@ and `onceonly status` / `onceonly redrive` on a database of their own."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import secrets
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +23,7 @@ from onceonly_cli.template import find_function, function_ids, load_template
 from tests.support.cfn_response import ResponseUrl
 from tests.support.scratch import scratch_database
 
-from .cli_support import REPO_ROOT, run_cli
+from .cli_support import REPO_ROOT, one_line_error, run_cli
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 
@@ -151,3 +155,77 @@ def test_status_shows_queue_dead_letters_and_held_tick_leases(fresh_database: st
     assert (status, generation, queued[0]) == ("retrying", 1, 1)
     again = run_cli("redrive", "--delivery", delivery, "--database", fresh_database)
     assert again.returncode == 1 and "not dead-lettered" in again.stderr
+
+
+def test_status_json_holds_what_the_tables_show(fresh_database: str) -> None:
+    delivery, owner, poller_owner = _seed_dead_delivery_tick_and_poller(fresh_database)
+    result = run_cli("status", "--json", "--database", fresh_database)
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status["queue"]["name"] == "webhook-retries" and status["queue"]["total"] >= 0
+    assert status["dead_letters"]["total"] >= 1
+    assert delivery in {row["delivery"] for row in status["dead_letters"]["shown"]}
+    held = [job["lease"] for job in status["jobs"] if job["lease"]["owner"] == owner]
+    assert len(held) == 1 and held[0]["state"] == "held" and held[0]["token"] == 1
+    (poller,) = [p for p in status["pollers"] if p["lease"]["owner"] == poller_owner]
+    assert poller["cursor"] == "c-77" and poller["lease"]["state"] == "held"
+
+
+def test_prune_deletes_expired_tick_records_and_keeps_the_rest(fresh_database: str) -> None:
+    from tests.support.expiry import raw_lease_record, wait_past_keep
+
+    store = onceonly.connect(fresh_database)
+    store.setup()
+    run = secrets.token_hex(3)
+    expiring = [f"tick:prune-{run}:{i}" for i in range(3)]
+    for name in [*expiring, f"poller:prune-{run}", f"tick:prune-{run}:fresh"]:
+        lease = store.acquire(name, ttl=30)
+        assert lease is not None
+        keep = 600 if name.endswith("fresh") else 0.3
+        assert store.complete(lease, keep=keep, expire=not name.startswith("poller"))
+    store.close()
+    wait_past_keep(time.time() + 0.3)
+    result = run_cli("prune", "--database", fresh_database, "--batch", "2")
+    assert result.returncode == 0, result.stderr
+    assert "pruned 3 expired tick records" in result.stdout
+    assert [n for n in expiring if raw_lease_record(fresh_database, n) is not None] == []
+    assert raw_lease_record(fresh_database, f"poller:prune-{run}") is not None  # long-lived: kept
+    assert raw_lease_record(fresh_database, f"tick:prune-{run}:fresh") is not None  # within keep
+
+
+def test_prune_on_a_self_expiring_store_says_so(fresh_database: str, redis_url: str) -> None:
+    result = run_cli("prune", "--database", fresh_database, "--store", redis_url)
+    assert result.returncode == 0, result.stderr
+    assert "Redis expires completed tick records itself" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["status", "--store", "dynamodb"], "a fresh DynamoDB stand-in holds nothing to read"),
+    (["status", "--store", "all"], "--store all is for simulate only"),
+    (["invoke", "WebhookRetryFunction", "-e", "events/webhook_retry.json", "--store", "all"],
+     "--store all is for simulate only"),
+])
+def test_store_keywords_that_make_no_sense_are_one_line_errors(
+        fresh_database: str, args: list[str], expected: str) -> None:
+    line = one_line_error(run_cli(*args, "--database", fresh_database))
+    assert expected in line
+
+
+def test_invoke_on_a_dynamodb_standin_runs_and_stops_it(fresh_database: str) -> None:
+    """--store dynamodb: a dynalite started for the invocation, gone afterwards."""
+    result = run_cli("invoke", "WebhookRetryFunction", "-e", "events/webhook_retry.json", "--store", "dynamodb",
+                     "--database", fresh_database, env={k: v for k, v in os.environ.items()
+                                                         if not k.startswith("AWS_")})
+    assert result.returncode == 0, result.stderr[-2000:]
+    note = next(line for line in result.stderr.splitlines() if "throwaway local store" in line)
+    endpoint = re.search(r"endpoint_url=http://127\.0\.0\.1:(\d+)", note)
+    assert endpoint is not None, note
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", int(endpoint.group(1)))) != 0, "the stand-in is still listening"
+
+
+def test_commands_without_database_never_reach_the_default_one() -> None:
+    """The e2e harness points the fallback at a closed port: a test that forgets
+    --database fails here instead of writing to the user's database."""
+    line = one_line_error(run_cli("status"))
+    assert "no-fallback-in-tests" in line and "unreachable" in line

@@ -7,17 +7,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import psutil
+import psycopg
 import pytest
+import redis
 
 from tests.support.redis_servers import private_redis
 
@@ -26,6 +32,7 @@ from .cli_support import ONCEONLY, REPO_ROOT, run_cli
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 EVENTS = 60
+ALL_EVENTS = 20  # per store: three runs
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +121,29 @@ def test_simulate_with_crashes_keeps_every_invariant(crash_run: SimulateRun) -> 
     assert not processes_under(crash_run.tmp), "simulate left processes running"
 
 
+def test_ticks_are_todays_schedule_and_progress_totals_add_up(crash_run: SimulateRun) -> None:
+    now = datetime.now(UTC)
+    for tick in crash_run.report["cron"]["ticks"]:
+        when = datetime.fromisoformat(tick["tick"].replace("Z", "+00:00"))
+        assert now - timedelta(days=3) < when <= now, tick  # the last times the schedule fired
+    bars = progress_bars(crash_run.stderr)
+    assert bars["events fed"] == (EVENTS, EVENTS)  # duplicates are not events
+    paid = crash_run.report["payments"]["invoice_paid_deliveries"]
+    assert bars["invoice.paid relayed"] == (paid, paid)
+    assert bars["deliveries finished"] == (EVENTS + paid, EVENTS + paid)
+    assert all(done <= total for done, total in bars.values()), bars
+
+
+def progress_bars(stderr: str) -> dict[str, tuple[int, int]]:
+    """The last state of each progress bar with a total: name -> (done, total)."""
+    bars = {}
+    for line in stderr.splitlines():
+        found = re.match(r"^(\S.*?)\s{2,}\S*\s+(\d+)/(\d+)\s", line)
+        if found:
+            bars[found.group(1).strip()] = (int(found.group(2)), int(found.group(3)))
+    return bars
+
+
 def test_a_non_atomic_store_makes_simulate_fail(tmp_path: Path) -> None:
     """The test-only hook wraps the store so grants are not atomic: the report
     must notice and the exit code must say so."""
@@ -186,6 +216,64 @@ def test_html_report_is_self_contained_and_holds_the_chart_data(crash_run: Simul
     assert "https://" not in html and "src=" not in html
 
 
+@pytest.fixture(scope="module")
+def all_run(tmp_path_factory: pytest.TempPathFactory) -> SimulateRun:
+    """The same small workload on each store, each on a fresh local stand-in."""
+    tmp = tmp_path_factory.mktemp("simulate-all")
+    html = tmp / "stores.html"
+    # No crashes here: crash_run covers them, and dynalite 4.0.0 started without the
+    # launcher (servers.dynalite on this branch) exits when a killed replica drops
+    # its connection mid-request.
+    result = run_cli("simulate", "--store", "all", "--json", "--events", str(ALL_EVENTS), "--seed", "11",
+                     "--crash-rate", "0", "--report", str(html), env=isolated_env(tmp), timeout=400)
+    assert result.stdout.strip(), result.stderr[-3000:]
+    return SimulateRun(result.returncode, json.loads(result.stdout), result.stderr, html, tmp)
+
+
+def test_store_all_runs_the_same_workload_on_every_store(all_run: SimulateRun) -> None:
+    comparison = all_run.report
+    assert all_run.returncode == 0, ([s["broken"] for s in comparison["stores"]], all_run.stderr[-2000:])
+    assert [row["store"] for row in comparison["stores"]] == ["postgresql", "redis", "dynamodb"]
+    assert comparison["ok"] is True and comparison["seed"] == 11
+    for row, report in zip(comparison["stores"], comparison["reports"], strict=True):
+        assert row["ok"] and row["invariants_held"] == row["invariants_total"] == len(report["invariants"])
+        assert report["config"]["store"] == row["store"] and report["webhooks"]["events_in"] == ALL_EVENTS
+        assert row["throughput_per_second"] > 0 and row["p99_ms"] is not None
+    # Each keyword started its own stand-in on a free port, and it is gone now.
+    redis_url = comparison["reports"][1]["config"]["store_url"]
+    dynamodb_url = comparison["reports"][2]["config"]["store_url"]
+    for url in (redis_url, dynamodb_url):
+        port = int(re.search(r"127\.0\.0\.1:(\d+)", url).group(1))  # type: ignore[union-attr]
+        assert port != 6379
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"{url} still listening"
+    assert "prefix=onceonly-sim-" in redis_url and "dynamodb://onceonly-sim-" in dynamodb_url
+    assert not processes_under(all_run.tmp), "simulate left processes running"
+
+
+def test_two_runs_on_one_database_server_and_store_never_meet(
+        postgres_url: str, redis_url: str, tmp_path: Path) -> None:
+    """Ticks are today's: what keeps runs apart is a database and a key prefix of
+    each run's own on the given servers, removed when the run ends."""
+    def sim_databases() -> set[str]:
+        with psycopg.connect(postgres_url) as conn:
+            return {r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'onceonly_sim_%'")}
+
+    before = sim_databases()
+    for seed in ("3", "3"):  # the same seed twice: the same ticks, events and payments
+        result = run_cli("simulate", "--json", "--events", "10", "--crash-rate", "0", "--seed", seed,
+                         "--database", postgres_url, "--store", redis_url, env=isolated_env(tmp_path), timeout=240)
+        report = json.loads(result.stdout)
+        assert result.returncode == 0, [i for i in report["invariants"] if not i["ok"]]
+        assert report["config"]["database"] == "external" and report["config"]["store"] == "redis"
+        assert all(t["statuses"].get("ran") == 1 for t in report["cron"]["ticks"])  # not skipped as done
+    assert sim_databases() == before
+    client = redis.Redis.from_url(redis_url.split("?", 1)[0])
+    prefix = dict(parse_qsl(urlsplit(redis_url).query))["prefix"]
+    assert not client.keys(f"{prefix}-sim-*"), "a run left keys behind"
+    client.close()
+
+
 @pytest.fixture
 def chromium() -> Iterator[str]:
     if not Path(CHROMIUM).exists():
@@ -193,16 +281,28 @@ def chromium() -> Iterator[str]:
     yield CHROMIUM
 
 
-def test_html_report_renders_in_headless_chromium(crash_run: SimulateRun, chromium: str, tmp_path: Path) -> None:
+def test_comparison_report_is_self_contained_and_holds_every_run(all_run: SimulateRun) -> None:
+    html = all_run.html.read_text(encoding="utf-8")
+    for store in ("postgresql", "redis", "dynamodb"):
+        assert f'id="throughput-chart-{store}"' in html and f'id="run-{store}"' in html
+    assert 'id="compare-throughput"' in html and 'id="compare-p99"' in html
+    assert "https://" not in html and "src=" not in html  # the stores' 127.0.0.1 URLs are text, not fetches
+
+
+@pytest.mark.parametrize(("run", "loaded"), [("crash_run", f"Data loaded: {EVENTS} events"),
+                                               ("all_run", "Data loaded: 3 stores, 3 throughput charts")])
+def test_html_report_renders_in_headless_chromium(
+        run: str, loaded: str, request: pytest.FixtureRequest, chromium: str, tmp_path: Path) -> None:
+    report_run: SimulateRun = request.getfixturevalue(run)
     ARTIFACTS.mkdir(exist_ok=True)
-    screenshot = ARTIFACTS / "simulate-report.png"
+    screenshot = ARTIFACTS / f"simulate-report-{run}.png"
     screenshot.unlink(missing_ok=True)
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-dev-shm-usage", "--enable-logging=stderr", "--v=0",
              # No network at all: any fetch would fail and log an error.
              "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
-    url = crash_run.html.resolve().as_uri()
+    url = report_run.html.resolve().as_uri()
 
     def run(*extra: str, profile: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([chromium, *flags, f"--user-data-dir={tmp_path / profile}", *extra, url],
@@ -211,7 +311,7 @@ def test_html_report_renders_in_headless_chromium(crash_run: SimulateRun, chromi
     dom = run("--dump-dom", profile="dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert 'data-rendered="ok"' in dom.stdout, "the inline script did not run or found a data mismatch"
-    assert f"Data loaded: {EVENTS} events" in dom.stdout
+    assert loaded in dom.stdout
     console_errors = [line for line in dom.stderr.splitlines()
                       if "CONSOLE" in line and ("Uncaught" in line or "Error" in line or "Refused" in line)]
     assert not console_errors, console_errors

@@ -19,7 +19,7 @@ from onceonly_app.appdb import custom_resource, migrate
 from onceonly_app.appdb.schema import apply_schema
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.cfn_response import ResponseUrl
-from tests.support.scratch import scratch_database
+from tests.support.scratch import delete_table, scratch_database
 
 EVENT = {"StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/s/1", "RequestId": "r-1",
          "LogicalResourceId": "SchemaMigration", "ResourceType": "Custom::OnceOnlySchema"}
@@ -170,3 +170,4 @@ def test_apply_schema_sets_up_the_store_it_is_given(fresh_db: str, dynalite_endp
         assert store.inspect("after") is None
     finally:
         store.close()
+        delete_table(dynamodb_url)  # the session's dynalite must end with no test's tables

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 import onceonly
-from onceonly.stores.dynamodb import MAX_CONCURRENT_WRITES, DynamoDBStore
+from onceonly.stores.dynamodb import MAX_CONCURRENT_WRITES, TTL_ATTRIBUTE, DynamoDBStore
 
 TABLE = "onceonly-unit"
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
@@ -85,6 +86,54 @@ def test_setup_is_idempotent(client: Any) -> None:
     store.setup()
     DynamoDBStore(client, TABLE).setup()
     assert client.list_tables()["TableNames"] == [TABLE]
+
+
+def test_setup_turns_on_ttl_by_the_attribute_the_template_names(client: Any) -> None:
+    DynamoDBStore(client, TABLE).setup()
+    described = client.describe_time_to_live(TableName=TABLE)["TimeToLiveDescription"]
+    assert described == {"TimeToLiveStatus": "ENABLED", "AttributeName": TTL_ATTRIBUTE}
+    assert _template_table()["TimeToLiveSpecification"] == {"AttributeName": TTL_ATTRIBUTE, "Enabled": True}
+    DynamoDBStore(client, TABLE).setup()  # already on: no second UpdateTimeToLive (it would be refused)
+
+
+class _NoTtlApi:
+    """A server without the TTL API, as dynalite answers it."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def update_time_to_live(self, **kwargs: Any) -> Any:
+        raise ClientError({"Error": {"Code": "UnknownOperationException", "Message": ""}}, "UpdateTimeToLive")
+
+
+class _NoTtlPermission(_NoTtlApi):
+    """A role allowed to describe the table, not its TTL (a narrow deploy role)."""
+
+    def describe_time_to_live(self, **kwargs: Any) -> Any:
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}},
+                          "DescribeTimeToLive")
+
+
+@pytest.mark.parametrize("wrap", [_NoTtlApi, _NoTtlPermission], ids=["no-ttl-api", "no-ttl-permission"])
+def test_setup_works_without_ttl(client: Any, wrap: Any) -> None:
+    store = DynamoDBStore(wrap(client), TABLE)
+    store.setup()
+    lease = store.acquire("tick:job:2026-01-01T00:00:00Z", ttl=30)
+    assert lease is not None and store.complete(lease, keep=60, expire=True)
+
+
+def test_only_expiring_completions_write_the_ttl_attribute(store: DynamoDBStore, client: Any) -> None:
+    tick, poller = store.acquire("tick:job:2026-01-01T00:00:00Z", ttl=30), store.acquire("poller:job", ttl=30)
+    assert tick is not None and poller is not None
+    before = time.time()
+    assert store.complete(tick, keep=120, expire=True) and store.complete(poller, keep=120)
+    items = {name: client.get_item(TableName=TABLE, Key={"pk": {"S": f"lease#{name}"}})["Item"]
+             for name in (tick.name, poller.name)}
+    assert before + 120 <= int(items[tick.name][TTL_ATTRIBUTE]["N"]) <= time.time() + 121
+    assert TTL_ATTRIBUTE not in items[poller.name]
 
 
 class _LosesTheCreateRace:

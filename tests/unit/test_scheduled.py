@@ -290,3 +290,21 @@ def test_bad_options_fail_at_decoration(options: dict[str, Any]) -> None:
 def test_lock_name_is_job_and_utc_time_not_event_id() -> None:
     when = scheduled_time_of(event_at("2026-11-29T03:00:00+01:00", "x"))
     assert tick_lock_name("job-a", when) == "tick:job-a:2026-11-29T02:00:00Z"
+
+
+def test_a_ticks_record_is_skipped_within_keep_and_gone_after(
+        store: onceonly.Store, store_url: str, unique: str) -> None:
+    """The guard asks for expiry: tick records do not pile up at one per tick,
+    yet a duplicate inside keep is still skipped."""
+    from tests.support.expiry import is_gone_after_keep, wait_past_keep
+
+    keep = 0.5
+    handler = onceonly.scheduled(store, job=unique, ttl=30, keep=keep)(Recorder())
+    assert handler(event_at("2026-11-29T02:00:00Z", "delivery-a"), None)["status"] == "ran"
+    done_until = time.time() + keep
+    duplicate = handler(event_at("2026-11-29T02:00:00Z", "delivery-b"), None)
+    assert duplicate["status"] == "skipped" and duplicate["reason"] == "completed"
+    name = tick_lock_name(unique, scheduled_time_of(event_at("2026-11-29T02:00:00Z")))
+    assert not is_gone_after_keep(store, store_url, name)
+    wait_past_keep(done_until)
+    assert is_gone_after_keep(store, store_url, name)

@@ -2,16 +2,16 @@
 recurring schedules, the ticks each job gets, and afterwards the effects
 counted in the database against what exactly one run per tick must produce.
 
-Everything is scoped to the run's tenant (TENANT_VAR: each replica applies it
-with onceonly_cli.job_scope before loading the handlers) and the ticks
-sit on dates of their own, so a run against a shared database or store never
-meets an earlier run's rows or tick locks."""
+Each job's ticks are the last times its schedule fired (schedule.py); the
+run's own database and store (run_scope.py) keep runs apart. The rows are still
+scoped to the run's tenant (TENANT_VAR: each replica applies it with
+onceonly_cli.job_scope before loading the handlers)."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -23,7 +23,8 @@ from .report import EffectCheck
 OVERDUE_INVOICES = 12
 NOT_YET_DUE_INVOICES = 4
 SCHEDULES = 3
-TICKS_PER_JOB = 2  # consecutive days
+TICKS_PER_JOB = 2  # the last two times each job's schedule fired
+OVERDUE_JOB, RECURRING_JOB = "overdue-invoices", "recurring-billing"
 SES_FROM = "billing@onceonly.invalid"
 
 INSERT_INVOICE = """
@@ -50,6 +51,10 @@ JOB_OF = {
 }
 
 
+def _midnight(moment: datetime) -> datetime:
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
 @dataclass(frozen=True)
 class SeededInvoice:
     id: str
@@ -62,22 +67,13 @@ class BillingLoad:
     run_id: str
     rng: random.Random
     jobs: dict[str, str]  # logical id -> job name, of the jobs present
+    ticks: dict[str, list[datetime]]  # job name -> its ticks, oldest first
     tenant: str = ""
-    base: datetime = field(default_factory=lambda: datetime.now(UTC))
     expected: dict[str, int] = field(default_factory=dict)
     invoices: list[SeededInvoice] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tenant = f"sim-{self.run_id}"
-        # A day of its own, years ahead: tick locks never collide across runs. Drawn
-        # from the run id, not the seed: a seed replayed on a shared database must
-        # not land on the earlier run's completed ticks.
-        day = datetime(2040, 1, 1, 2, 0, tzinfo=UTC) + timedelta(days=int(self.run_id, 16) % 20000)
-        self.base = day
-
-    @property
-    def tick_times(self) -> list[datetime]:
-        return [self.base + timedelta(days=k) for k in range(TICKS_PER_JOB)]
 
     def env(self) -> dict[str, str]:
         return {
@@ -90,16 +86,16 @@ class BillingLoad:
     def cron_jobs(self) -> list[CronJob]:
         # Order matters: e-mails are sent after the jobs that queue them ran.
         order = ["OverdueInvoicesFunction", "RecurringBillingFunction", "NotificationsFunction"]
-        return [CronJob(fid, self.jobs[fid], self.tick_times) for fid in order if fid in self.jobs]
+        return [CronJob(fid, self.jobs[fid], self.ticks[self.jobs[fid]]) for fid in order if fid in self.jobs]
 
     def seed(self, database_url: str) -> None:
-        last_tick = self.tick_times[-1]
+        overdue_ticks, billing_ticks = self.ticks[OVERDUE_JOB], self.ticks[RECURRING_JOB]
         with psycopg.connect(database_url) as conn:
             for i in range(OVERDUE_INVOICES + NOT_YET_DUE_INVOICES):
                 overdue = i < OVERDUE_INVOICES
-                # overdue: due on a day that ended before the first tick (02:00 UTC)
-                due = self.base - timedelta(hours=self.rng.randint(26, 240)) if overdue else \
-                    last_tick + timedelta(days=30)
+                # overdue: due on a day (UTC) that ended before the first tick
+                due = _midnight(overdue_ticks[0]) - timedelta(hours=self.rng.randint(1, 214)) if overdue else \
+                    overdue_ticks[-1] + timedelta(days=30)
                 invoice = SeededInvoice(f"inv_{self.tenant}_{i}", 1000 + i, overdue)
                 conn.execute(INSERT_INVOICE, (invoice.id, self.tenant, f"c{i}@example.com", invoice.amount_cents,
                                               due))
@@ -107,10 +103,10 @@ class BillingLoad:
             generated = 0
             for s in range(SCHEDULES):
                 missed = self.rng.randint(1, 4)  # periods already due at the first tick
-                anchor = self.base.date() - timedelta(days=missed - 1)
+                anchor = billing_ticks[0].date() - timedelta(days=missed - 1)
                 conn.execute(INSERT_SCHEDULE, (f"sch_{self.tenant}_{s}", self.tenant, f"s{s}@example.com",
                                                500 + s, anchor))
-                generated += (last_tick.date() - anchor).days + 1
+                generated += (billing_ticks[-1].date() - anchor).days + 1
         has = self.jobs.values()
         overdue_count = OVERDUE_INVOICES if "overdue-invoices" in has else 0
         generated = generated if "recurring-billing" in has else 0

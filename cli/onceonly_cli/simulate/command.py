@@ -10,9 +10,10 @@ import os
 import random
 import secrets
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,20 @@ from onceonly.scheduled import tick_lock_name
 
 from ..errors import CliError
 from ..servers import REPO_ROOT
-from .billing_load import BillingLoad, verify_ses_sender
+from ..standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, store_keyword
+from ..stores import redact
+from ..template import schedule_expression
+from .billing_load import TICKS_PER_JOB, BillingLoad, verify_ses_sender
+from .comparison import build_comparison, print_comparison
 from .drain import DrainWatch
 from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
-from .html_report import render_html
+from .html_report import render_comparison_html, render_html
 from .loadgen import CronJob, Driver
 from .payments_load import PaymentsLoad
 from .replicas import ReplicaPool, ReplicaStartError
 from .report import build_report
 from .report_text import print_report
+from .schedule import recent_ticks
 from .sqs_bridge import SqsBridge
 from .stack import Stack, start_stack
 from .webhook_load import WebhookLoad
@@ -77,8 +83,7 @@ def replica_env(stack: Stack, specs: dict[str, Any], extra: dict[str, str]) -> d
         DATABASE_URL=stack.database_url,
         ONCEONLY_STORE_URL=stack.store_url,
         # Never real AWS: dummy credentials, and moto's server for every AWS call.
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_SESSION_TOKEN="testing",
-        AWS_DEFAULT_REGION="us-east-1", AWS_REGION="us-east-1",
+        **DUMMY_AWS_CREDENTIALS, AWS_DEFAULT_REGION="us-east-1", AWS_REGION="us-east-1",
         POWERTOOLS_LOG_LEVEL="WARNING",  # logs go to files; INFO per record costs CPU on 2 cores
         POWERTOOLS_METRICS_NAMESPACE="onceonly-simulate",
         PYTHONPATH=os.pathsep.join([*layers, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]),
@@ -106,19 +111,49 @@ class Plan:
 
 
 def simulate_command(args: argparse.Namespace) -> int:
+    _refuse_aws(args.store)
+    # Never real AWS: this process sets up the store and reads it with dummy credentials too.
+    os.environ.update(DUMMY_AWS_CREDENTIALS)
+    os.environ.pop("AWS_PROFILE", None)
     seed = args.seed if args.seed is not None else secrets.randbits(32)
-    rng = random.Random(seed)
-    run_id = secrets.token_hex(3)
     console = Console(stderr=True)
     specs = {fid: spec for fid, spec in simulated_functions(REPO_ROOT / "template.yaml").items()
              if fid in (DISPATCH, RETRY, WATCHER, *BILLING_JOBS)}
+    if store_keyword(args.store) == ALL:
+        reports = []
+        for kind in KEYWORDS:
+            console.rule(f"store: {kind}")
+            reports.append(run_simulation(args, kind, seed, specs, console))
+        return _publish(args, build_comparison(reports, seed), render_comparison_html, print_comparison)
+    return _publish(args, run_simulation(args, args.store, seed, specs, console), render_html, print_report)
+
+
+def _publish(args: argparse.Namespace, result: dict[str, Any], html: Callable[[dict[str, Any]], str],
+             text: Callable[[dict[str, Any], Console], None]) -> int:
+    """The report (or comparison) as --report HTML, then JSON or tables; the exit code."""
+    if args.report:
+        _write(args.report, html(result))
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        text(result, Console())
+    return 0 if result["ok"] else INVARIANT_BROKEN
+
+
+def run_simulation(args: argparse.Namespace, store: str | None, seed: int, specs: dict[str, Any],
+                   console: Console) -> dict[str, Any]:
+    """One run on ``store`` (a keyword, a URL or None), everything it started
+    stopped and everything it wrote removed before it returns its report."""
+    rng = random.Random(seed)
+    run_id = secrets.token_hex(3)
     config = {"events": args.events, "replicas": args.replicas, "receiver_latency": args.receiver_latency,
               "failure_rate": args.failure_rate, "crash_rate": args.crash_rate, "seed": seed, "run_id": run_id}
     with ExitStack() as cleanup:
-        with console.status("starting the stack (embedded PostgreSQL, receiver, payments API, moto)…"):
-            stack = start_stack(args.database, args.store)
+        with console.status("starting the stack (PostgreSQL, the store, receiver, payments API, moto)…"):
+            stack = start_stack(args.database, store, run_id)
         cleanup.callback(stack.close)
-        config.update(store=stack.store_kind, database="embedded" if stack.embedded_database else "external")
+        config.update(store=stack.store_kind, store_url=redact(stack.store_url),
+                      database="embedded" if stack.embedded_database else "external")
         plan = _seed(args, stack, rng, run_id, specs, cleanup)
         env = replica_env(stack, specs, webhook_settings(args.receiver_latency, plan.retry_queue))
         env.update(plan.billing.env())
@@ -126,25 +161,31 @@ def simulate_command(args: argparse.Namespace) -> int:
             env.update(plan.payments.env(stack.payments.url, plan.bridge.queue_url))
         config["cron_jobs"] = [job.job for job in plan.cron_jobs]
         timeouts = {s.logical_id: s.timeout for s in specs.values()}
-        report = _drive(args, console, stack, env, timeouts, plan, rng, config, cleanup)
-    if args.report:
-        _write(args.report, render_html(report))
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-    else:
-        print_report(report, Console())
-    return 0 if report["ok"] else INVARIANT_BROKEN
+        return _drive(args, console, stack, env, timeouts, plan, rng, config, cleanup)
+
+
+def _refuse_aws(store: str | None) -> None:
+    """simulate runs on 127.0.0.1 only: a DynamoDB URL must name a local endpoint."""
+    if store and store.lower().startswith("dynamodb://") and "endpoint_url=" not in store:
+        raise CliError("simulate never talks to AWS: give the dynamodb:// URL an endpoint_url=http://127.0.0.1:PORT, "
+                       "or use --store dynamodb for a local stand-in")
+
+
+def cron_ticks(specs: dict[str, Any], now: datetime) -> dict[str, list[datetime]]:
+    """Each cron job's ticks: the last times its template schedule fired."""
+    template = REPO_ROOT / "template.yaml"
+    return {job: recent_ticks(schedule_expression(template, fid) if fid in specs else None, now, TICKS_PER_JOB)
+            for fid, job in CRON_JOBS.items()}
 
 
 def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: str, specs: dict[str, Any],
           cleanup: ExitStack) -> Plan:
     webhooks = WebhookLoad(run_id, rng)
     webhooks.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
-    # Later runs on a shared database must not fan events out to this run's receiver.
-    cleanup.callback(webhooks.retire, stack.database_url)
     messages = webhooks.messages(args.events)
+    ticks = cron_ticks(specs, datetime.now(UTC))
     billing = BillingLoad(run_id, rng, {fid: job for fid, job in CRON_JOBS.items()
-                                        if fid in specs and fid in BILLING_JOBS})
+                                        if fid in specs and fid in BILLING_JOBS}, ticks)
     billing.seed(stack.database_url)
     cron_jobs = billing.cron_jobs()
     payments = bridge = None
@@ -152,9 +193,9 @@ def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: st
     if WATCHER in specs:
         bridge = SqsBridge(stack.aws_endpoint, f"sim-{run_id}-webhook-events")
         cleanup.callback(bridge.close)
-        payments = PaymentsLoad(billing.tenant, rng, billing.tick_times)
+        payments = PaymentsLoad(billing.tenant, rng, ticks[CRON_JOBS[WATCHER]])
         billing.expect_paid_after_overdue(payments.seed(stack.database_url, stack.payments, billing.invoices,
-                                                                webhooks.subscription_ids))
+                                                        webhooks.subscription_ids))
         webhooks.expect(payments.expected_deliveries())
         cron_jobs.append(payments.cron_job())  # last: it pays invoices the overdue job moved
     return Plan(webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
@@ -189,7 +230,11 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
     driver = Driver(pool, rng, DISPATCH, RETRY if RETRY in timeouts else None, plan.cron_jobs,
                     max_batches_in_flight=2 * args.replicas, on_feed=load.on_feed)
     driver.enqueue(plan.messages)
+    # Distinct events against their total; duplicates and redeliveries only in the message count.
     fed_task = progress.add_task("events fed", total=load.events_in)
+    relayed_total = len(load.expected) - load.events_in
+    relayed_task = progress.add_task("invoice.paid relayed", total=relayed_total) if relayed_total else None
+    messages_task = progress.add_task("SQS messages (+dups)", total=None)
     done_task = progress.add_task("deliveries finished", total=len(load.expected))
     cron_task = progress.add_task("cron ticks settled", total=driver.cron_progress[1])
     store = onceonly.connect(stack.store_url)
@@ -202,7 +247,10 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
     next_poll = 0.0
     while True:
         driver.step(feed_cron=True)
-        progress.update(fed_task, completed=len(load.first_sent))
+        progress.update(fed_task, completed=load.events_fed)
+        if relayed_task is not None:
+            progress.update(relayed_task, completed=len(load.first_sent) - load.events_fed)
+        progress.update(messages_task, completed=driver.messages_sent)
         progress.update(cron_task, completed=driver.cron_progress[0])
         if time.monotonic() < next_poll:
             continue

@@ -39,6 +39,21 @@ SCRIPT = """
 })();
 """
 
+# The comparison page: every store's run is on the page, with its own chart.
+COMPARISON_SCRIPT = """
+(function () {
+  var data = JSON.parse(document.getElementById("report-data").textContent);
+  var sections = document.querySelectorAll("section.store-run").length;
+  var charts = data.reports.filter(function (r) {
+    return document.querySelector("#throughput-chart-" + r.config.store + " polyline") !== null;
+  }).length;
+  document.getElementById("loaded").textContent =
+    "Data loaded: " + data.stores.length + " stores, " + charts + " throughput charts.";
+  var ok = sections === data.stores.length && charts === data.stores.length;
+  document.body.setAttribute("data-rendered", ok ? "ok" : "mismatch");
+})();
+"""
+
 
 def _frame(title: str, max_y: float, x_label: str) -> list[str]:
     parts = [f'<text class="label" x="{PAD}" y="14">{escape(title)}</text>',
@@ -105,7 +120,9 @@ def _embedded_json(report: dict[str, Any]) -> str:
     return json.dumps(report, sort_keys=True).replace("</", "<\\/")
 
 
-def render_html(report: dict[str, Any]) -> str:
+def _sections(report: dict[str, Any], suffix: str = "") -> str:
+    """One run's tables and charts; ``suffix`` keeps element ids unique on a page
+    that holds several runs."""
     wh, timeline, latency = report["webhooks"], report["timeline"], report["latency_ms"]
     per_replica = timeline["per_replica"]
     series = [("all replicas (first 2xx at the receiver)", timeline["total"])] + [
@@ -141,31 +158,66 @@ def render_html(report: dict[str, Any]) -> str:
     config = ", ".join(f"{k}={v}" for k, v in report["config"].items())
     verdict = ("every exactly-once invariant held" if report["ok"] else "an exactly-once invariant broke")
     charts = [
-        line_chart("throughput-chart", "deliveries per second", series, timeline["bucket_seconds"]),
+        line_chart(f"throughput-chart{suffix}", "deliveries per second", series, timeline["bucket_seconds"]),
         f'<p class="legend">{legend}</p>',
-        bar_chart("replica-chart", "deliveries per replica",
+        bar_chart(f"replica-chart{suffix}", "deliveries per replica",
                   [(f"r{i}", sum(values)) for i, values in enumerate(per_replica)], "replica",
                   color_offset=1),  # the same colours as the replicas' lines
-        bar_chart("latency-chart", "delivery latency histogram (event fed -> first 2xx)",
+        bar_chart(f"latency-chart{suffix}", "delivery latency histogram (event fed -> first 2xx)",
                   [(f"{b['from_ms']:.0f}", int(b["count"])) for b in histogram], "milliseconds"),
     ]
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<title>onceonly simulate report</title><style>{STYLE}</style></head>
-<body>
-<h1>onceonly simulate</h1>
-<p class="verdict {'ok' if report['ok'] else 'bad'}">{escape(verdict)}</p>
+    return f"""<p class="verdict {'ok' if report['ok'] else 'bad'}">{escape(verdict)}</p>
 <p><small>{escape(config)}</small></p>
-<p id="loaded">Data not loaded.</p>
 <h2>Invariants</h2>{_table(["invariant", "result", "detail"], invariant_rows)}
 <h2>Summary</h2>{_table(["measure", "value"], summary_rows)}
 <h2>Throughput</h2>{"".join(charts[:3])}
 <h2>Latency</h2>{charts[3]}
 <h2>Cron ticks</h2>{_table(["job", "tick", "deliveries", "outcomes", "once"], tick_rows)}
 <h2>Cron effects</h2>{_table(["job", "effect", "expected", "actual", "result"], effect_rows)}
-{f'<h2>Payments</h2>{_table(["effect", "expected", "actual", "result"], payment_rows)}' if payment_rows else ""}
-<script type="application/json" id="report-data">{_embedded_json(report)}</script>
-<script>{SCRIPT}</script>
+{f'<h2>Payments</h2>{_table(["effect", "expected", "actual", "result"], payment_rows)}' if payment_rows else ""}"""
+
+
+def _page(title: str, body: str, data: dict[str, Any], script: str) -> str:
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<title>{escape(title)}</title><style>{STYLE}</style></head>
+<body>
+<h1>{escape(title)}</h1>
+<p id="loaded">Data not loaded.</p>
+{body}
+<script type="application/json" id="report-data">{_embedded_json(data)}</script>
+<script>{script}</script>
 </body></html>
 """
+
+
+def render_html(report: dict[str, Any]) -> str:
+    return _page("onceonly simulate", _sections(report), report, SCRIPT)
+
+
+def render_comparison_html(comparison: dict[str, Any]) -> str:
+    """``simulate --store all``: the comparison table and charts, then each store's run."""
+    rows = [[escape(row["store"]), _mark(row["ok"]), f"{row['invariants_held']} / {row['invariants_total']}",
+             str(row["throughput_per_second"]), str(row["p50_ms"]), str(row["p99_ms"]),
+             f"{row['killed']} / {row['restarted']}", str(row["duration_seconds"])]
+            for row in comparison["stores"]]
+    table = _table(["store", "verdict", "invariants held", "deliveries/s", "p50 ms", "p99 ms",
+                    "replicas killed / restarted", "duration s"], rows)
+    names = [row["store"] for row in comparison["stores"]]
+    charts = [
+        bar_chart("compare-throughput", "throughput (deliveries/s)",
+                  [(n, round(r["throughput_per_second"])) for n, r in zip(names, comparison["stores"], strict=True)],
+                  "store", color_offset=1),
+        bar_chart("compare-p99", "latency p99 (ms)",
+                  [(n, round(r["p99_ms"] or 0)) for n, r in zip(names, comparison["stores"], strict=True)],
+                  "store", color_offset=4),
+    ]
+    verdict = ("every exactly-once invariant held on every store" if comparison["ok"]
+               else "an exactly-once invariant broke")
+    runs = "".join(f'<section class="store-run" id="run-{escape(r["config"]["store"])}">'
+                   f'<h2>{escape(r["config"]["store"])}</h2>{_sections(r, "-" + r["config"]["store"])}</section>'
+                   for r in comparison["reports"])
+    body = (f'<p class="verdict {"ok" if comparison["ok"] else "bad"}">{escape(verdict)}</p>'
+            f"<h2>Stores compared (same workload, seed {comparison['seed']})</h2>{table}{''.join(charts)}{runs}")
+    return _page("onceonly simulate: stores compared", body, comparison, COMPARISON_SCRIPT)

@@ -32,9 +32,6 @@ POLLER_LEASE_SECONDS = "1.5"  # below TICK_LEASE_SECONDS (2)
 JOB = "payment-watcher"
 FUNCTION = "PaymentWatcherFunction"
 
-# The watcher's cursor is per job, so on a shared database it is where an
-# earlier run left it.
-STORED_CURSOR = "SELECT cursor FROM payment_cursors WHERE poller = %s"
 RECEIVING_ACCOUNT = "INSERT INTO payment_accounts (account_id, tenant_id) VALUES (%s, %s)"
 COUNTS = {
     "payments applied": "SELECT count(*) FROM payments WHERE transaction_hash = ANY(%(hashes)s)",
@@ -67,13 +64,11 @@ class PaymentsLoad:
     accepted_assets: str = ""  # PAYMENTS_ACCEPTED_ASSETS: the fake API's USD
 
     def seed(self, database_url: str, fake: Any, invoices: list[SeededInvoice], subscription_ids: list[str]) -> int:
-        """Add the payments to the fake API (``FakePayments``), after the cursor the
-        watcher already holds; returns how many overdue invoices they pay (those
-        end `paid`, not `overdue`)."""
+        """Add the payments to the fake API (``FakePayments``); returns how many
+        overdue invoices they pay (those end `paid`, not `overdue`). The run's
+        database is fresh, so the watcher starts with no cursor."""
         with psycopg.connect(database_url) as conn:
-            row = conn.execute(STORED_CURSOR, (JOB,)).fetchone()
             conn.execute(RECEIVING_ACCOUNT, (fake.receiver, self.tenant))
-        fake.continue_after(str(row[0]) if row else "")
         self.accepted_assets = f"USD=USD:{fake.issuer}"
         self.subscription_ids = list(subscription_ids)
         overdue = [i for i in invoices if i.overdue]

@@ -9,24 +9,24 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _mark(ok: bool) -> str:
+def mark(ok: bool) -> str:
     return "[green]ok[/]" if ok else "[bold red]BROKEN[/]"
 
 
-def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], **options: Any) -> Table:
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], **options: Any) -> Table:
     """A left-titled table; columns whose name starts with ">" are right-aligned."""
-    table = Table(title=title, title_justify="left", **options)
+    result = Table(title=title, title_justify="left", **options)
     for column in columns:
-        table.add_column(column.lstrip(">"), justify="right" if column.startswith(">") else "left")
+        result.add_column(column.lstrip(">"), justify="right" if column.startswith(">") else "left")
     for row in rows:
-        table.add_row(*(str(cell) for cell in row))
-    return table
+        result.add_row(*(str(cell) for cell in row))
+    return result
 
 
 def print_report(report: dict[str, Any], console: Console) -> None:
     wh, lat = report["webhooks"], report["latency_ms"]
-    console.print(_table("exactly-once invariants", ("invariant", "result", "detail"),
-                         ((i["name"], _mark(i["ok"]), i["detail"]) for i in report["invariants"])))
+    console.print(table("exactly-once invariants", ("invariant", "result", "detail"),
+                         ((i["name"], mark(i["ok"]), i["detail"]) for i in report["invariants"])))
     rows = [
         ("events in", wh["events_in"]),
         ("SQS messages (duplicates + redeliveries)", wh["messages_sent"]),
@@ -43,25 +43,25 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         ("latency p50 / p99", f"{lat['p50']} ms / {lat['p99']} ms"),
         ("duration", f"{report['duration_seconds']} s"),
     ]
-    console.print(_table("run", ("measure", ">value"), rows, show_header=False))
+    console.print(table("run", ("measure", ">value"), rows, show_header=False))
     if wh["duplicates_by_webhook_id"]:
-        console.print(_table("webhook-ids the receiver accepted more than once", ("webhook-id", ">2xx"),
+        console.print(table("webhook-ids the receiver accepted more than once", ("webhook-id", ">2xx"),
                              list(wh["duplicates_by_webhook_id"].items())[:10]))
     if report["cron"]["ticks"]:
-        console.print(_table(
+        console.print(table(
             "cron ticks (each must run once)", ("job", "tick", "deliveries", "outcomes", "once"),
             ((t["job"], t["tick"], t["deliveries"], ", ".join(f"{k} {v}" for k, v in sorted(t["statuses"].items())),
-              _mark(t["ok"])) for t in report["cron"]["ticks"])))
+              mark(t["ok"])) for t in report["cron"]["ticks"])))
     if report["cron"]["effects"]:
-        console.print(_table(
+        console.print(table(
             "cron effects (one set)", ("job", "effect", "expected", "actual", "result"),
-            ((e["job"], e["what"], e["expected"], e["actual"], _mark(e["ok"])) for e in report["cron"]["effects"])))
+            ((e["job"], e["what"], e["expected"], e["actual"], mark(e["ok"])) for e in report["cron"]["effects"])))
     payments = report.get("payments")
     if payments:
-        paid = [(e["what"], e["expected"], e["actual"], _mark(e["ok"])) for e in payments["effects"]]
+        paid = [(e["what"], e["expected"], e["actual"], mark(e["ok"])) for e in payments["effects"]]
         paid.append(("invoice.paid deliveries received (+ dead-lettered)", payments["invoice_paid_deliveries"],
-                     payments["invoice_paid_received"], _mark(payments["invoice_paid_ok"])))
-        console.print(_table("payments (each applied once; invoice.paid once per subscription)",
+                     payments["invoice_paid_received"], mark(payments["invoice_paid_ok"])))
+        console.print(table("payments (each applied once; invoice.paid once per subscription)",
                              ("effect", "expected", "actual", "result"), paid))
     verdict = ("[bold green]every exactly-once invariant held[/]" if report["ok"]
                else "[bold red]an exactly-once invariant broke[/]")

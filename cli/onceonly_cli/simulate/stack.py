@@ -1,8 +1,8 @@
 """The servers a simulation runs against, started and stopped together:
-PostgreSQL (embedded by default; it holds the domain data and, unless --store
-says otherwise, the coordination store), the webhook receiver, the fake
-payments API, and moto's server for the AWS calls the jobs make (SES, SQS), all
-on 127.0.0.1."""
+PostgreSQL (embedded by default; the run's own database on it holds the domain
+data and, unless --store says otherwise, the coordination store), the store's
+stand-in for a store keyword, the webhook receiver, the fake payments API, and
+moto's server for the AWS calls the jobs make (SES, SQS), all on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typing import Any
 
 from ..errors import CliError
 from ..servers import LocalServers, ServerSetupError
+from ..standins import start_standin, store_keyword
 from ..stores import check_database, migrate_database, open_store
+from .run_scope import run_database, run_store
 
 
 @dataclass
@@ -42,7 +44,9 @@ class Stack:
         self.servers.stop()
 
 
-def start_stack(database: str | None, store: str | None) -> Stack:
+def start_stack(database: str | None, store: str | None, run_id: str) -> Stack:
+    """``store``: None or ``postgresql`` (the run's database), ``redis`` or
+    ``dynamodb`` (a fresh local stand-in), or a URL; narrowed to the run either way."""
     from ..fake_payments import FakePayments
     from ..receiver import WebhookReceiver
 
@@ -52,11 +56,17 @@ def start_stack(database: str | None, store: str | None) -> Stack:
     try:
         embedded = database is None
         try:
-            database_url = servers.postgres(database, embedded=True)
+            server_url = servers.postgres(database, embedded=True)
         except ServerSetupError as exc:
             raise CliError(str(exc)) from None
-        store_url = store or database_url
-        check_database(database_url)
+        check_database(server_url)
+        database_url = run_database(server_url, run_id, closers)
+        kind = store_keyword(store)
+        if store is None or store == database or kind == "postgresql":
+            store_url = database_url
+        else:
+            base = start_standin(kind, servers, database_url) if kind else store
+            store_url = run_store(base, run_id, closers)
         migrate_database(database_url)
         open_store(store_url, setup=True).close()
         # quiet: SIGKILLed replicas reset their connections, which would print

@@ -22,8 +22,6 @@ DUPLICATE_RATE = 0.15  # share of events that are delivered twice
 DUPLICATE_WINDOW = 40  # a duplicate lands within this many messages of the original
 
 INSERT_SUBSCRIPTION = "INSERT INTO webhook_subscriptions (id, url, secret) VALUES (%s, %s, %s)"
-RETIRE_SUBSCRIPTIONS = """
-UPDATE webhook_subscriptions SET enabled = false, disabled_reason = 'simulate run ended' WHERE id = ANY(%s)"""
 DELIVERY_STATUSES = "SELECT id, status FROM webhook_deliveries WHERE webhook_id = ANY(%s)"
 UNFINISHED_DELIVERIES = """
 SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*),
@@ -47,9 +45,11 @@ class WebhookLoad:
     subscription_ids: list[str] = field(default_factory=list)
     endpoint_names: list[str] = field(default_factory=list)
     expected: set[str] = field(default_factory=set)  # delivery ids the events must produce
+    generated: set[str] = field(default_factory=set)  # of those, the ones fed as generated events
     message_delivery: dict[str, str] = field(default_factory=dict)  # SQS message id -> delivery id
     first_sent: dict[str, float] = field(default_factory=dict)
-    events_in: int = 0
+    events_in: int = 0  # distinct generated events (deliveries), duplicates not counted
+    events_fed: int = 0  # of those, how many were sent at least once
     duplicate_messages: int = 0
 
     def seed(self, database_url: str, receiver: Any, latency: float, failure_rate: float) -> None:
@@ -65,23 +65,13 @@ class WebhookLoad:
                 self.subscription_ids.append(name)
                 self.endpoint_names.append(name)
 
-    def retire(self, database_url: str) -> None:
-        """Disable the run's subscriptions: invoice events fan out to every enabled
-        subscription, and this run's receiver is gone once the run ends."""
-        if not self.subscription_ids:
-            return
-        try:
-            with psycopg.connect(database_url, connect_timeout=5) as conn:
-                conn.execute(RETIRE_SUBSCRIPTIONS, (self.subscription_ids,))
-        except psycopg.Error:
-            pass  # the database went first (Ctrl-C): nothing can fan out to them anyway
-
     def track(self, webhook_id: str, event_id: str, message_id: str) -> None:
         from onceonly_app.webhooks.deliveries import delivery_id_for
 
         delivery_id = delivery_id_for(webhook_id, event_id)
         if delivery_id not in self.expected:
             self.expected.add(delivery_id)
+            self.generated.add(delivery_id)
             self.events_in += 1
         self.message_delivery[message_id] = delivery_id
 
@@ -134,6 +124,8 @@ class WebhookLoad:
         delivery_id = self.message_delivery.get(message_id)
         if delivery_id is not None and delivery_id not in self.first_sent:
             self.first_sent[delivery_id] = at
+            if delivery_id in self.generated:
+                self.events_fed += 1
 
     def unfinished(self, conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
         """(deliveries not yet succeeded or dead, deliveries, attempts made so far)."""

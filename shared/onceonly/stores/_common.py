@@ -69,6 +69,12 @@ def check_seconds(value: float, what: str) -> float:
     return float(value)
 
 
+def check_flag(value: bool, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{what} must be True or False, got {value!r}")
+    return value
+
+
 def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_LIMIT:
         raise ConfigError(f"limit must be an integer from 1 to {MAX_CLAIM_LIMIT}, got {_short(limit)}")

@@ -7,7 +7,10 @@ hash key ``pk`` (S), GSI ``due`` on ``qshard`` (S) + ``claimable_at`` (N),
 projection ALL, PAY_PER_REQUEST.
 
 - A lease is the item ``lease#NAME``: owner, token, busy_until, completed.
-  Records are never deleted, so the token strictly increases across grants.
+  Records are kept, so the token strictly increases across grants. Only a record
+  completed with ``expire=True`` (one cron tick) carries ``expire_at``, the
+  table's TTL attribute (epoch seconds, the end of its keep); DynamoDB deletes
+  it some time after that, and a grant removes the attribute again.
 - A queue item is ``q#QUEUE#ITEM_ID`` with ONE "claimable at" time, the sort key
   of the ``due`` GSI: its due time while waiting, its lease expiry while in flight.
   A crashed holder's item is claimable again once its lease runs out. The GSI's
@@ -37,6 +40,7 @@ Assumptions worth knowing:
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 import threading
@@ -70,6 +74,8 @@ DEFAULT_SHARDS = 8
 MAX_SHARDS = 64  # claim and depth walk every shard: more would cost too many queries
 URL_OPTIONS = ("region", "endpoint_url", "shards", TIMEOUT_OPTION)
 INDEX_NAME = "due"
+TTL_ATTRIBUTE = "expire_at"  # template.yaml's TimeToLiveSpecification names the same
+TTL_ON = ("ENABLED", "ENABLING")
 # Conditional claim/ack writes issued at once; the HTTP pool is sized above it.
 MAX_CONCURRENT_WRITES = 16
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
@@ -82,9 +88,11 @@ QUEUE_PREFIX = "q#"
 # the check and the takeover are one conditional write. The token survives in
 # the record (if_not_exists starts it at 0), so it strictly increases.
 LEASE_IS_FREE = "attribute_not_exists(#pk) OR #busy_until <= :now"
+# A grant also removes expire_at: TTL deletion runs up to days late, and must
+# never take the record of a name that was granted again after its keep.
 GRANT_LEASE = (
     "SET #owner = :owner, #token = if_not_exists(#token, :zero) + :one,"
-    " #busy_until = :until, #completed = :false"
+    " #busy_until = :until, #completed = :false REMOVE #expire_at"
 )
 # renew/release/complete: only the current grant may write. A stale holder
 # (expired and re-granted: another token) or a released one (owner cleared) or
@@ -93,6 +101,9 @@ LEASE_IS_HELD_BY_CALLER = "#owner = :owner AND #token = :token AND #completed = 
 EXTEND_LEASE = "SET #busy_until = :until"
 RELEASE_LEASE = "SET #busy_until = :now REMOVE #owner"
 COMPLETE_LEASE = "SET #busy_until = :until, #completed = :true"
+# complete(expire=True): the same, plus the TTL attribute at the end of keep
+# (rounded up: DynamoDB TTL takes whole epoch seconds).
+COMPLETE_EXPIRING_LEASE = "SET #busy_until = :until, #completed = :true, #expire_at = :expire_at"
 
 # -- queue expressions -------------------------------------------------------
 # put: unconditional upsert. Removing the owner takes an in-flight item from its
@@ -341,8 +352,9 @@ class DynamoDBStore:
 
     # -- setup ------------------------------------------------------------
     def setup(self) -> None:
-        """Create the table and its ``due`` GSI if missing, and wait until they
-        are ACTIVE. Idempotent, and safe when several processes call it at once."""
+        """Create the table and its ``due`` GSI if missing, wait until they are
+        ACTIVE, and turn on TTL by ``expire_at``. Idempotent, and safe when several
+        processes call it at once."""
         table = self._describe_table()
         if table is None:
             self._create_table()
@@ -355,6 +367,47 @@ class DynamoDBStore:
                 f"DynamoDB table {self.table!r} exists without the {INDEX_NAME!r} GSI"
                 f" (hash qshard S, range claimable_at N, projection ALL): recreate it or add the index"
             )
+        self._enable_ttl()
+
+    def _enable_ttl(self) -> None:
+        """Turn on TTL deletion by ``expire_at`` unless it is on already. A local
+        stand-in without the TTL API (dynalite), or a role without the TTL
+        permissions, keeps every record: logged, not an error, since nothing but
+        the table's size depends on it."""
+        try:
+            status, attribute = self._ttl_status()
+            if status in TTL_ON:
+                if attribute != TTL_ATTRIBUTE:
+                    log.warning("table %s expires items by %r, not %r: expiring records stay",
+                                self.table, attribute, TTL_ATTRIBUTE)
+                return
+            try:
+                self._client.update_time_to_live(
+                    TableName=self.table,
+                    TimeToLiveSpecification={"AttributeName": TTL_ATTRIBUTE, "Enabled": True},
+                )
+            except ClientError as exc:
+                # A concurrent setup() may have enabled it since our describe.
+                if _error_code(exc) != "ValidationException" or self._ttl_status()[0] not in TTL_ON:
+                    raise
+        except ClientError as exc:
+            if _error_code(exc) == "UnknownOperationException":
+                log.info("table %s: this DynamoDB server has no TTL API; expiring records stay", self.table)
+                return
+            if _error_code(exc) == "AccessDeniedException":
+                # Leases do not depend on it: say what to grant (or declare TTL
+                # with the table, as template.yaml does) and go on.
+                log.warning("table %s: not allowed to check or turn on TTL by %r (dynamodb:DescribeTimeToLive,"
+                            " dynamodb:UpdateTimeToLive); expiring records stay until TTL is on",
+                            self.table, TTL_ATTRIBUTE)
+                return
+            raise self._translate("setup (enabling TTL)", exc) from exc
+        except BotoCoreError as exc:
+            raise self._translate("setup (enabling TTL)", exc) from exc
+
+    def _ttl_status(self) -> tuple[str, str | None]:
+        described = self._client.describe_time_to_live(TableName=self.table).get("TimeToLiveDescription", {})
+        return str(described.get("TimeToLiveStatus", "DISABLED")), described.get("AttributeName")
 
     def _describe_table(self) -> dict[str, Any] | None:
         try:
@@ -444,9 +497,13 @@ class DynamoDBStore:
     def release(self, lease: Lease) -> bool:
         return self._write_if_held("release", lease, RELEASE_LEASE, {":now": _epoch(time.time())}) is not None
 
-    def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+    def complete(self, lease: Lease, keep: float = 86400.0, *, expire: bool = False) -> bool:
         keep = common.check_seconds(keep, "keep")
-        values = {":until": _epoch(time.time() + keep), ":true": _TRUE}
+        until = time.time() + keep
+        values = {":until": _epoch(until), ":true": _TRUE}
+        if common.check_flag(expire, "expire"):
+            values[":expire_at"] = _int(math.ceil(until))
+            return self._write_if_held("complete", lease, COMPLETE_EXPIRING_LEASE, values) is not None
         return self._write_if_held("complete", lease, COMPLETE_LEASE, values) is not None
 
     def _write_if_held(

@@ -19,6 +19,9 @@ from .pgpool import bounded_pool
 from .sqlfile import load_queries
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
+# Expired records deleted by each complete(expire=True): more than the one it
+# adds, so a table fed by cron guards shrinks back to what is within keep.
+PRUNE_PER_COMPLETE = 20
 
 
 @contextmanager
@@ -94,11 +97,21 @@ class PostgresStore:
         lease = common.check_lease(lease)
         return bool(self._run("release", {"name": lease.name, "owner": lease.owner, "token": lease.token}))
 
-    def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+    def complete(self, lease: Lease, keep: float = 86400.0, *, expire: bool = False) -> bool:
+        """With ``expire``, the same statement also deletes up to PRUNE_PER_COMPLETE
+        records whose keep has passed: a guard that adds a record per tick removes
+        the old ones as it goes."""
         lease = common.check_lease(lease)
         params = {"name": lease.name, "owner": lease.owner, "token": lease.token,
                   "keep": common.check_seconds(keep, "keep")}
+        if common.check_flag(expire, "expire"):
+            return bool(self._run("complete_and_prune", {**params, "prune_limit": PRUNE_PER_COMPLETE}))
         return bool(self._run("complete", params))
+
+    def prune_expired(self, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records completed with ``expire=True`` whose keep
+        has passed; returns how many. ``onceonly prune`` calls it until it returns 0."""
+        return len(self._run("prune_expired", {"limit": common.check_limit(limit)}))
 
     def inspect(self, name: str) -> LeaseState | None:
         rows = self._run("inspect", {"name": common.check_name(name)})

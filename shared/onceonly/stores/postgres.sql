@@ -11,6 +11,19 @@ CREATE TABLE IF NOT EXISTS onceonly_leases (
     busy_until  timestamptz NOT NULL,   -- held until, or completed until
     completed   boolean NOT NULL DEFAULT false
 );
+-- expires: a completed record that may be deleted once busy_until (its keep)
+-- has passed (complete(..., expire=True), e.g. one cron tick). Added here so
+-- that tables created before it get it too; only when missing, because ALTER
+-- TABLE locks the table exclusively even when IF NOT EXISTS finds the column.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                    WHERE table_schema = current_schema() AND table_name = 'onceonly_leases'
+                      AND column_name = 'expires') THEN
+        ALTER TABLE onceonly_leases ADD COLUMN expires boolean NOT NULL DEFAULT false;
+    END IF;
+END $$;
+CREATE INDEX IF NOT EXISTS onceonly_leases_expiring ON onceonly_leases (busy_until) WHERE expires;
 CREATE TABLE IF NOT EXISTS onceonly_queue (
     queue         text NOT NULL,
     item_id       text NOT NULL,
@@ -31,7 +44,8 @@ CREATE INDEX IF NOT EXISTS onceonly_queue_claimable ON onceonly_queue (queue, cl
 INSERT INTO onceonly_leases AS l (name, owner, token, busy_until, completed)
 VALUES (%(name)s, %(owner)s, 1, clock_timestamp() + make_interval(secs => %(ttl)s), false)
 ON CONFLICT (name) DO UPDATE
-    SET owner = EXCLUDED.owner, token = l.token + 1, busy_until = EXCLUDED.busy_until, completed = false
+    SET owner = EXCLUDED.owner, token = l.token + 1, busy_until = EXCLUDED.busy_until, completed = false,
+        expires = false
     WHERE l.busy_until <= clock_timestamp()
 RETURNING name, owner, token, extract(epoch FROM busy_until)::float8 AS expires_at;
 
@@ -52,11 +66,48 @@ UPDATE onceonly_leases
 RETURNING token;
 
 -- name: complete --
--- In: name, owner, token, keep (seconds). Marks the name done for keep seconds.
+-- In: name, owner, token, keep (seconds). Marks the name done for keep seconds;
+-- the record is kept (expires stays false since the grant).
 UPDATE onceonly_leases
    SET busy_until = clock_timestamp() + make_interval(secs => %(keep)s), completed = true
  WHERE name = %(name)s AND owner = %(owner)s AND token = %(token)s AND NOT completed
 RETURNING token;
+
+-- name: complete_and_prune --
+-- complete with expire = true, plus a bounded prune in the same statement: up
+-- to prune_limit records whose keep has passed are deleted, so a cron guard
+-- that adds one record per tick also removes the old ones, with no extra round
+-- trip and no scheduled cleaner. Every CTE sees the same snapshot, in which the
+-- record being completed is not yet expiring, so it is never pruned here.
+-- FOR UPDATE re-checks the condition on a row changed since the snapshot (an
+-- acquire after keep clears expires) and SKIP LOCKED passes rows others hold.
+WITH done AS (
+    UPDATE onceonly_leases
+       SET busy_until = clock_timestamp() + make_interval(secs => %(keep)s), completed = true, expires = true
+     WHERE name = %(name)s AND owner = %(owner)s AND token = %(token)s AND NOT completed
+    RETURNING token
+), old AS MATERIALIZED (
+    SELECT name FROM onceonly_leases
+     WHERE expires AND completed AND busy_until <= now()
+     LIMIT %(prune_limit)s
+       FOR UPDATE SKIP LOCKED
+), pruned AS (
+    DELETE FROM onceonly_leases l USING old WHERE l.name = old.name
+)
+SELECT token FROM done;
+
+-- name: prune_expired --
+-- In: limit. Out: the names deleted. Completed records marked expires whose
+-- keep has passed; long-lived names (never completed with expire) stay, so
+-- their tokens keep increasing. Same locking as complete_and_prune.
+WITH old AS MATERIALIZED (
+    SELECT name FROM onceonly_leases
+     WHERE expires AND completed AND busy_until <= now()
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM onceonly_leases l USING old WHERE l.name = old.name
+RETURNING l.name;
 
 -- name: inspect --
 SELECT name, owner, token, extract(epoch FROM busy_until)::float8 AS busy_until, completed

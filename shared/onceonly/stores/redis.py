@@ -6,7 +6,8 @@ once per store with ``register_script``). Times are the server's clock
 Keys (the hash-tagged part keeps every key a script touches in one cluster slot):
 
 - ``{prefix}:{lease:NAME}``: hash with owner, token, busy_until (ms), completed.
-  Never expired or deleted, so the token strictly increases across grants.
+  Kept, so the token strictly increases across grants; only a record completed
+  with ``expire=True`` (one cron tick) expires, when its keep ends.
 - ``{prefix}:{q:QUEUE}:due``: sorted set scored by "claimable at" (ms): the due
   time while waiting, the lease expiry while held.
 - ``{prefix}:{q:QUEUE}:items``: hash item_id -> cjson record (payload text, token,
@@ -268,10 +269,11 @@ class RedisStore:
         lease = common.check_lease(lease)
         return bool(self._run("release", [self._lease_key(lease.name)], [lease.owner, lease.token]))
 
-    def complete(self, lease: Lease, keep: float = 86400.0) -> bool:
+    def complete(self, lease: Lease, keep: float = 86400.0, *, expire: bool = False) -> bool:
         lease = common.check_lease(lease)
         keep_ms = _milliseconds(common.check_seconds(keep, "keep"))
-        return bool(self._run("complete", [self._lease_key(lease.name)], [lease.owner, lease.token, keep_ms]))
+        flag = 1 if common.check_flag(expire, "expire") else 0
+        return bool(self._run("complete", [self._lease_key(lease.name)], [lease.owner, lease.token, keep_ms, flag]))
 
     def inspect(self, name: str) -> LeaseState | None:
         record = self._run("inspect", [self._lease_key(common.check_name(name))])

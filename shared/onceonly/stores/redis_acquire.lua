@@ -4,9 +4,12 @@
 -- ARGV[2]  ttl in milliseconds (integer > 0)
 -- Returns  {token, expires_at_ms} when granted; nil when held or completed.
 -- Race closed: check-then-set. The busy check and the takeover run as one
--- script, so two callers can never both see the name free. The record is never
--- deleted or expired, so HINCRBY makes the token strictly increase across every
+-- script, so two callers can never both see the name free. The record is not
+-- deleted, so HINCRBY makes the token strictly increase across every
 -- grant, including after release and expiry. The clock is the server's (TIME).
+-- Only a record completed with expire has a key expiry; once it is gone the
+-- token starts again at 1. PERSIST keeps a re-granted record from expiring
+-- under its new holder.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local busy_until = tonumber(redis.call('HGET', KEYS[1], 'busy_until'))
@@ -16,4 +19,5 @@ end
 local expires_at = now + tonumber(ARGV[2])
 local token = redis.call('HINCRBY', KEYS[1], 'token', 1)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'busy_until', expires_at, 'completed', 0)
+redis.call('PERSIST', KEYS[1])
 return {token, expires_at}
