@@ -93,7 +93,7 @@ def test_payment_watcher_applies_once(job_scope: JobScope, replicas: Replicas, j
     with data.connect(jobs_db) as conn:
         invoices = [data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=2500)
                     for _ in range(2)]
-        webhook = data.add_subscription(conn)
+        webhook = data.add_subscription(conn, job_scope.tenant)
         data.add_receiving_account(conn, job_scope.tenant, fake_payments.receiver)
     hashes = [fake_payments.add(memo=i, amount="25.00")["transaction_hash"] for i in invoices]
     fake_payments.add(memo="no-such-invoice", amount="1.00")

@@ -20,6 +20,7 @@ from onceonly_app.webhooks.redrive import list_dead, redrive
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
 from tests.support.webhooks import (
+    TENANT,
     attempts,
     context,
     create_subscription,
@@ -187,7 +188,7 @@ def test_a_stranded_delivery_is_recovered_by_the_redelivered_message(
     webhook_id = _subscribe(webhook_db, receiver)
     event_id = new_id("evt")
     delivery_id = repo.create(
-        DeliveryRequest(webhook_id, event_id, "invoice.paid", {"n": 1}))
+        DeliveryRequest(webhook_id, event_id, "invoice.paid", {"n": 1}, TENANT))
     assert delivery_id is not None
     time.sleep(redelivered_after)
     with lambda_env(env) as (dispatch, retry):

@@ -57,6 +57,11 @@ class SeededInvoice:
     overdue: bool  # past due at the first tick: the overdue job moves it
 
 
+def run_tenant(run_id: str) -> str:
+    """The run's tenant: its invoices, schedules and webhook subscriptions."""
+    return f"sim-{run_id}"
+
+
 @dataclass
 class BillingLoad:
     run_id: str
@@ -68,7 +73,7 @@ class BillingLoad:
     invoices: list[SeededInvoice] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.tenant = f"sim-{self.run_id}"
+        self.tenant = run_tenant(self.run_id)
         # A day of its own, years ahead: tick locks never collide across runs. Drawn
         # from the run id, not the seed: a seed replayed on a shared database must
         # not land on the earlier run's completed ticks.
