@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from onceonly.errors import ConfigError
 from onceonly.stores.sqlfile import load_queries
 
 from .aws import CALL_SECONDS
@@ -27,6 +28,9 @@ from .budget import Budget
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100
+# Every webhook event type the app emits. fan_out refuses others, so a new type
+# is added here, and the two-tenant isolation test then covers it too.
+EVENT_TYPES = ("invoice.paid",)
 SQS_BATCH = 10  # SendMessageBatch takes at most 10 entries
 
 
@@ -39,7 +43,10 @@ def invoice_paid_event_id(invoice_id: str) -> str:
 def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenant_id: str,
             payload: dict[str, Any]) -> None:
     """Queue the event for every enabled subscription of ``tenant_id``, inside the
-    caller's transaction (the change's: its time is the event's ``occurred_at``)."""
+    caller's transaction (the change's: its time is the event's ``occurred_at``).
+    Raises ConfigError for an event type not in EVENT_TYPES."""
+    if event_type not in EVENT_TYPES:
+        raise ConfigError(f"unknown webhook event type {event_type!r}: add it to webhook_events.EVENT_TYPES")
     conn.execute(SQL["fan_out"], {"event_id": event_id, "event_type": event_type, "tenant_id": tenant_id,
                                   "payload": json.dumps(payload, separators=(",", ":"), sort_keys=True)})
 
