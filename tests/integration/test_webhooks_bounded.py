@@ -24,13 +24,11 @@ import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.dispatch_batch import outage_visibility
 from onceonly_app.webhooks.sender import SendResult, WebhookSender
-from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
 from tests.support.jobs_helpers import aws_client
 from tests.support.webhooks import (
     attempts,
     context,
-    create_subscription,
     deliveries,
     drive_retries,
     lambda_env,
@@ -39,6 +37,7 @@ from tests.support.webhooks import (
     scheduled_event,
     sleep_until_due,
     sqs_event,
+    subscribe,
     webhook_env,
 )
 
@@ -63,11 +62,6 @@ def queue_name() -> str:
     return new_id("webhook-retries")
 
 
-def _subscribe(db: str, rx: WebhookReceiver, behaviour: Behaviour | None = None) -> str:
-    secret = new_secret()
-    return create_subscription(db, rx.endpoint(new_id("ep"), secret, behaviour), secret)
-
-
 def _status(db: str, delivery_id: str) -> str:
     return str(deliveries(db, [delivery_id])[delivery_id]["status"])
 
@@ -78,7 +72,7 @@ def test_a_hostile_retry_after_neither_crashes_the_workers_nor_extends_the_sched
     """``Retry-After: ²`` passed str.isdigit() and made float() raise in every
     worker that claimed the delivery: it was POSTed again and again, forever
     'attempting'. It is not RFC 9110 delay-seconds: it is ignored."""
-    webhook_id = _subscribe(webhook_db, receiver, Behaviour(failure_rate=1.0, failure_status=503,
+    webhook_id = subscribe(webhook_db, receiver, Behaviour(failure_rate=1.0, failure_status=503,
                                                            retry_after="\u00b2"))
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
@@ -107,7 +101,7 @@ def test_an_attempt_that_never_records_its_outcome_still_counts(
         raise RuntimeError("the worker could not read the response")
 
     monkeypatch.setattr(WebhookSender, "post", post_then_fail)
-    webhook_id = _subscribe(webhook_db, receiver)
+    webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_CLAIM_BATCH="1",
@@ -128,7 +122,7 @@ def test_an_attempt_that_never_records_its_outcome_still_counts(
 def test_one_failing_claim_costs_neither_the_other_claims_nor_their_acks(
     webhook_db: str, store_url: str, queue_name: str, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    poisoned_id, healthy_id = _subscribe(webhook_db, receiver), _subscribe(webhook_db, receiver)
+    poisoned_id, healthy_id = subscribe(webhook_db, receiver), subscribe(webhook_db, receiver)
     events = {w: new_id("evt") for w in (poisoned_id, healthy_id)}
     poisoned, healthy = (delivery_id_for(w, e) for w, e in events.items())
     for delivery_id in (poisoned, healthy):
@@ -160,7 +154,7 @@ def test_a_trickling_endpoint_is_cut_off_at_the_attempt_deadline(
     """The answer comes a byte every 50 ms: no read ever times out, and the whole
     answer would take about 8 s. WEBHOOK_ATTEMPT_TIMEOUT (1 s) ends the attempt."""
     bound = 1.0
-    webhook_id = _subscribe(webhook_db, receiver)
+    webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     receiver.script(delivery_id, [Reply(200, trickle=0.05)])
@@ -179,7 +173,7 @@ def test_the_dispatcher_does_not_start_records_it_cannot_finish_in_time(
     """Each answer takes 0.8 s and an attempt may take up to 1 s, with 1 s of
     margin: a 3.5 s invocation cannot do 5 records. The ones it does not start
     are batch item failures with nothing written, and it ends before its deadline."""
-    webhook_id = _subscribe(webhook_db, receiver, Behaviour(latency=0.8))
+    webhook_id = subscribe(webhook_db, receiver, Behaviour(latency=0.8))
     events = [new_id("evt") for _ in range(5)]
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_ATTEMPT_TIMEOUT="1",
                       WEBHOOK_DEADLINE_MARGIN="1")
@@ -214,7 +208,7 @@ def test_a_store_outage_sends_records_back_later_not_towards_the_dead_letter_que
     receive count. Once the store is back, every valid event is delivered."""
     short = {"WEBHOOK_QUEUE": queue_name, "WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_CONNECT_TIMEOUT": "0.3",
              "WEBHOOK_READ_TIMEOUT": "0.5", "WEBHOOK_ATTEMPT_LEASE": "1"}
-    webhook_id = _subscribe(webhook_db, receiver)
+    webhook_id = subscribe(webhook_db, receiver)
     done, *held = (new_id("evt") for _ in range(4))
     with lambda_env(webhook_env(webhook_db, store_url, **short)) as (dispatch, _):
         dispatch(sqs_event([message(webhook_id, done)]), context("dispatch"))  # delivered before the outage

@@ -15,7 +15,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.lambda_runtime import Handler, LambdaContext, load_handler
+from onceonly_cli.receiver import Behaviour, WebhookReceiver
 
 from . import REPO_ROOT
 
@@ -38,6 +40,12 @@ def create_subscription(postgres_url: str, url: str, secret: str, *, enabled: bo
         conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, enabled)"
                      " VALUES (%s, %s, %s, %s, %s)", (webhook_id, tenant_id, url, secret, enabled))
     return webhook_id
+
+
+def subscribe(postgres_url: str, receiver: WebhookReceiver, behaviour: Behaviour | None = None) -> str:
+    """A subscription of TENANT to a new endpoint of ``receiver``."""
+    secret = new_secret()
+    return create_subscription(postgres_url, receiver.endpoint(new_id("ep"), secret, behaviour), secret)
 
 
 def message(webhook_id: str, event_id: str, event_type: str = "invoice.paid",
