@@ -17,11 +17,14 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.webhooks.deliveries import delivery_id_for
+from onceonly.errors import StoreUnavailableError
+from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
 from onceonly_app.webhooks.dispatch_batch import outage_visibility
 from onceonly_app.webhooks.sender import SendResult, WebhookSender
 from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
@@ -252,3 +255,13 @@ def test_a_store_outage_sends_records_back_later_not_towards_the_dead_letter_que
 def test_the_outage_backoff_doubles_up_to_the_longest_visibility_timeout(receive_count: int, seconds: int) -> None:
     assert outage_visibility(receive_count) == seconds
 
+
+
+def test_an_unreachable_domain_database_is_a_store_outage_not_a_driver_error() -> None:
+    """What the dispatcher and the retry run tell apart from a bad message or a
+    bad claim: StoreUnavailableError, raised from the driver's error."""
+    url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nowhere"
+    with ConnectionPool(url, min_size=0, max_size=1, timeout=0.5, open=True) as pool, \
+            pytest.raises(StoreUnavailableError, match="domain database unavailable") as info:
+        DeliveryRepository(pool).subscription("wh-any")
+    assert isinstance(info.value.__cause__, psycopg.OperationalError)

@@ -46,8 +46,6 @@ def dispatch_queue() -> tuple[Any, str] | None:
 
 def reset() -> None:
     """Forget this process's clients (tests and the local CLI switch stores)."""
-    if _parts.cache_info().currsize:
-        _parts()[2].close()
-        _parts.cache_clear()
+    _parts.cache_clear()
     dispatch_queue.cache_clear()
     clients.reset()

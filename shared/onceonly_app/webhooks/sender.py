@@ -96,9 +96,6 @@ class WebhookSender:
         sock.settimeout(deadline.timeout(self.read_timeout))
         return sock
 
-    def close(self) -> None:
-        """Nothing is pooled; kept so a container can release a sender uniformly."""
-
 
 def _reason(exc: BaseException, watchdog: SocketWatchdog, deadline: Deadline) -> str:
     """A short error text: the class of failure, never the request body."""
