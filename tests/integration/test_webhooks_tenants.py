@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool
 import onceonly
 from onceonly_app.appdb.migrate import MIGRATIONS_DIR, migrate
 from onceonly_app.billing import payment_watcher, webhook_events
+from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.payments_api import PaymentsClient
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
@@ -58,13 +59,16 @@ class Producers:
             webhook_events.fan_out(conn, new_id("evt"), event_type, tenant, {"tenant_id": tenant})
 
     def pay_an_invoice(self, tenant: str) -> None:
-        """The payment watcher pays an invoice of ``tenant``."""
-        with self.pool.connection() as conn:
-            invoice = data.add_invoice(conn, tenant, due_at="2026-12-01T00:00:00Z", amount_cents=500)
+        """The payment watcher pays an invoice of ``tenant``, on its own receiving account."""
         with FakePayments() as fake:
+            with self.pool.connection() as conn:
+                invoice = data.add_invoice(conn, tenant, due_at="2026-12-01T00:00:00Z", amount_cents=500)
+                data.add_receiving_account(conn, tenant, fake.receiver)
             fake.add(memo=invoice, amount="5.00")
+            poll = payment_watcher.Poll(PaymentsClient(fake.url), AcceptedAssets.parse(f"USD=USD:{fake.issuer}"),
+                                        poller_ttl=30)
             report = run_tick(self.store, f"watch-{tenant}", "2026-11-29T10:00:00Z", lambda tick: payment_watcher.run(
-                self.pool, tick, PaymentsClient(fake.url), self.sqs, self.queue_url, poller_ttl=30, tenant=tenant))
+                self.pool, tick, poll, self.sqs, self.queue_url, tenant=tenant))
         assert report["result"].invoices_paid == 1
 
 

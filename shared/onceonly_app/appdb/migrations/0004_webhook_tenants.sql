@@ -30,6 +30,8 @@ WITH known AS (
     SELECT tenant_id FROM invoices
     UNION SELECT tenant_id FROM billing_schedules
     UNION SELECT tenant_id FROM webhook_outbox
+    UNION SELECT tenant_id FROM billing_tenants  -- 0003_billing_correctness.sql
+    UNION SELECT tenant_id FROM payment_accounts
 ), only_one AS (
     SELECT min(tenant_id) AS tenant_id FROM known HAVING count(*) = 1
 ), subscriptions AS (
