@@ -4,7 +4,8 @@ It verifies every request with ``standardwebhooks.Webhook.verify`` (the check a
 real merchant makes), counts requests per ``webhook-id`` and records each one
 (webhook-id, arrival time, status returned). Endpoints can be slow, flaky or
 scripted: fail the first N requests of an id, answer 429 with Retry-After, 410,
-or hold a request until the test releases it (to kill the sender mid-request)."""
+hold a request until the test releases it (to kill the sender mid-request), or
+trickle the answer a byte at a time (a slow endpoint that never goes quiet)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ class Reply:
     retry_after: str | None = None  # Retry-After header value
     delay: float = 0.0  # seconds before answering
     hold: threading.Event | None = None  # answer only once this is set
+    trickle: float = 0.0  # > 0: send the response (status line included) one byte per this many seconds
+    body: bytes | None = None  # the response body; default "ok" or "status N"
 
 
 @dataclass
@@ -192,7 +195,11 @@ class WebhookReceiver:
         with self._lock:
             record.status, record.answered_at = reply.status, time.time()
             self._lock.notify_all()
-        text = b"ok" if 200 <= reply.status < 300 else f"status {reply.status}".encode()
+        text = reply.body if reply.body is not None else \
+            b"ok" if 200 <= reply.status < 300 else f"status {reply.status}".encode()
+        stream = request.wfile
+        if reply.trickle > 0:
+            request.wfile = _Trickle(stream, reply.trickle)  # type: ignore[assignment]
         try:
             request.send_response(reply.status)
             if reply.retry_after is not None:
@@ -202,7 +209,9 @@ class WebhookReceiver:
             request.end_headers()
             request.wfile.write(text)
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the sender died or gave up (a killed replica, a read timeout): recorded above
+            pass  # the sender died or gave up (a killed replica, a timeout): recorded above
+        finally:
+            request.wfile = stream
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -217,6 +226,24 @@ class WebhookReceiver:
                 return  # the history is the log
 
         return Handler
+
+
+class _Trickle:
+    """A response stream that sends one byte per ``gap`` seconds: each byte comes
+    well within any per-read timeout, so only a bound on the whole request stops it."""
+
+    def __init__(self, stream: Any, gap: float) -> None:
+        self._stream, self._gap = stream, gap
+
+    def write(self, data: bytes) -> int:
+        for i in range(len(data)):
+            self._stream.write(data[i:i + 1])
+            self._stream.flush()
+            time.sleep(self._gap)
+        return len(data)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 def main(argv: list[str] | None = None) -> None:

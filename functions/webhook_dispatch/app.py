@@ -1,6 +1,8 @@
 """WebhookDispatchFunction: SQS -> one delivery per (webhook_id, event_id) and its
-first attempt. A malformed record fails alone (ReportBatchItemFailures); after
-maxReceiveCount the queue's redrive policy moves it to the dead-letter queue."""
+first attempt. Each record fails alone (ReportBatchItemFailures): a malformed one
+comes back until maxReceiveCount moves it to the dead-letter queue, one without
+time left comes back later, and the records a store outage stopped come back
+with a growing visibility timeout (webhooks/dispatch_batch.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from onceonly_app.appdb.schema import schema_required
-from onceonly_app.webhooks.messages import MalformedMessageError, parse_message
-from onceonly_app.webhooks.runtime import webhook_service
+from onceonly_app.webhooks.dispatch_batch import DispatchBatch
+from onceonly_app.webhooks.runtime import dispatch_queue, webhook_service
+from onceonly_app.webhooks.service import DispatchResult
 
 logger = Logger(service="webhook-dispatch")
 tracer = Tracer(service="webhook-dispatch")  # X-Ray when the template turns tracing on
@@ -30,23 +33,13 @@ OUTCOME_METRICS = {
 }
 
 
-def record_handler(record: SQSRecord) -> str:
-    try:
-        request = parse_message(record.body)
-        result = webhook_service(logger).dispatch(request)
-    except MalformedMessageError as exc:
-        # The reason names the bad field; the body itself is never logged.
-        logger.warning("malformed record rejected",
-                       extra={"message_id": record.message_id, "reason": str(exc)})
-        raise
+def count(result: DispatchResult) -> None:
     if result.kind in ("duplicate", "rearmed"):
         metrics.add_metric(name="claims_contended", unit=MetricUnit.Count, value=1)
+    elif result.kind == "fenced" or (result.attempt is not None and not result.attempt.recorded):
+        metrics.add_metric(name="fenced_writes_refused", unit=MetricUnit.Count, value=1)
     elif result.attempt is not None:
-        if result.attempt.recorded:
-            metrics.add_metric(name=OUTCOME_METRICS[result.attempt.status], unit=MetricUnit.Count, value=1)
-        else:
-            metrics.add_metric(name="fenced_writes_refused", unit=MetricUnit.Count, value=1)
-    return result.kind
+        metrics.add_metric(name=OUTCOME_METRICS[result.attempt.status], unit=MetricUnit.Count, value=1)
 
 
 @tracer.capture_lambda_handler
@@ -54,5 +47,21 @@ def record_handler(record: SQSRecord) -> str:
 @logger.inject_lambda_context
 @schema_required(logger)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context)
+    batch = DispatchBatch(webhook_service(logger), context.get_remaining_time_in_millis, logger)
+
+    def record_handler(record: SQSRecord) -> str:
+        result = batch.handle(record)
+        count(result)
+        return result.kind
+
+    try:
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context)
+    finally:
+        # Also when every record failed (the processor then raises).
+        if batch.stopped_by_outage:
+            metrics.add_metric(name="records_stopped_by_outage", unit=MetricUnit.Count,
+                               value=len(batch.stopped_by_outage))
+            queue = dispatch_queue()
+            if queue is not None:
+                batch.back_off(*queue)

@@ -145,7 +145,7 @@ def test_payment_watcher_killed_before_sending_loses_no_webhook(
     with data.connect(jobs_db) as conn:
         invoices = [data.add_invoice(conn, scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=500)
                     for _ in range(2)]
-        webhook = data.add_subscription(conn)
+        webhook = data.add_subscription(conn, scope.tenant)
         data.add_receiving_account(conn, scope.tenant, fake_payments.receiver)
     hashes = sorted(fake_payments.add(memo=i, amount="5")["transaction_hash"] for i in invoices)
 

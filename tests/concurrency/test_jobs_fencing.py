@@ -74,7 +74,7 @@ def test_paused_poller_cannot_commit_its_cursor(
     with data.connect(jobs_db) as conn:
         invoices = [data.add_invoice(conn, scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=700)
                     for _ in range(2)]
-        webhook = data.add_subscription(conn)
+        webhook = data.add_subscription(conn, scope.tenant)
         data.add_receiving_account(conn, scope.tenant, fake_payments.receiver)
     records = [fake_payments.add(memo=i, amount="7") for i in invoices]
     pay_env = payments_env(fake_payments, sqs_queue)

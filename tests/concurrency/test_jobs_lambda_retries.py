@@ -19,8 +19,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date, timedelta
 from typing import Any
 
@@ -30,7 +28,7 @@ import onceonly
 from onceonly_cli.template import find_function
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import JobScope
-from tests.support.jobs_workers import CTX, REPO, Invocation, Replicas, scheduled_event
+from tests.support.jobs_workers import CTX, REPO, Invocation, Replicas, scheduled_event, table_locked
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
 pytestmark = pytest.mark.concurrency
@@ -48,15 +46,6 @@ def scaled_lease(logical_id: str, scope: JobScope) -> dict[str, str]:
     here stays blocked on a lock far longer than a real statement would."""
     deployed = float(find_function(REPO / "template.yaml", logical_id).environment["TICK_LEASE_SECONDS"])
     return {"TICK_LEASE_SECONDS": str(deployed * SCALE), "DATABASE_URL": f"{scope.env['DATABASE_URL']}?timeout=300"}
-
-
-@contextmanager
-def table_locked(db_url: str, table: str) -> Iterator[None]:
-    """Hold ``table`` exclusively: a job that touches it blocks mid-body, its
-    process alive (and heartbeating) until the lock goes or the process dies."""
-    with data.connect(db_url) as conn, conn.transaction():
-        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-        yield
 
 
 def wait_until_blocked(db_url: str, proc: Any, timeout: float = 60.0) -> None:

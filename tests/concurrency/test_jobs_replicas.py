@@ -36,14 +36,22 @@ def one_ran(records: list[dict[str, Any]]) -> dict[str, Any]:
     return ran
 
 
+def race(replicas: Replicas, jobs_db: str, scope: JobScope, function: str, table: str,
+         **env: str) -> list[dict[str, Any]]:
+    """REPLICAS copies of ``function``'s handler on one tick, released together;
+    the winner is held in its body (``table`` locked) until the others answered."""
+    invocation = scope.invocation(function, scheduled_event(function, TICK), **env,
+                                  DATABASE_URL=f"{scope.env['DATABASE_URL']}?timeout=300")
+    return replicas.run_while_the_winner_waits(invocation, jobs_db, table, REPLICAS)
+
+
 def test_overdue_invoices_once(job_scope: JobScope, replicas: Replicas, jobs_db: str) -> None:
     with data.connect(jobs_db) as conn:
         late = [data.add_invoice(conn, job_scope.tenant, due_at="2026-11-20T00:00:00Z") for _ in range(3)]
         data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z")
         data.add_invoice(conn, job_scope.tenant, due_at="2026-11-20T00:00:00Z", status="paid")
 
-    records = replicas.run_together(
-        job_scope.invocation("overdue_invoices", scheduled_event("overdue_invoices", TICK)), REPLICAS)
+    records = race(replicas, jobs_db, job_scope, "overdue_invoices", "invoices")
 
     assert one_ran(records)["result"] == {"transitioned": 3}
     with data.connect(jobs_db) as conn:
@@ -59,8 +67,7 @@ def test_notifications_sent_once(job_scope: JobScope, replicas: Replicas, jobs_d
     with data.connect(jobs_db) as conn:
         keys = [data.add_notification(conn, job_scope.tenant) for _ in range(3)]
 
-    records = replicas.run_together(
-        job_scope.invocation("notifications", scheduled_event("notifications", TICK)), REPLICAS)
+    records = race(replicas, jobs_db, job_scope, "notifications", "notifications")
 
     assert one_ran(records)["result"]["sent"] == 3
     emails = sent_emails(f"@{job_scope.tenant}.test")
@@ -77,8 +84,7 @@ def test_recurring_billing_generates_once(job_scope: JobScope, replicas: Replica
     with data.connect(jobs_db) as conn:
         schedule = data.add_schedule(conn, job_scope.tenant, cadence="daily", anchor=tick_day - timedelta(days=2))
 
-    records = replicas.run_together(
-        job_scope.invocation("recurring_billing", scheduled_event("recurring_billing", TICK)), REPLICAS)
+    records = race(replicas, jobs_db, job_scope, "recurring_billing", "billing_schedules")
 
     assert one_ran(records)["result"] == {"generated": 3}
     with data.connect(jobs_db) as conn:
@@ -93,13 +99,12 @@ def test_payment_watcher_applies_once(job_scope: JobScope, replicas: Replicas, j
     with data.connect(jobs_db) as conn:
         invoices = [data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z", amount_cents=2500)
                     for _ in range(2)]
-        webhook = data.add_subscription(conn)
+        webhook = data.add_subscription(conn, job_scope.tenant)
         data.add_receiving_account(conn, job_scope.tenant, fake_payments.receiver)
     hashes = [fake_payments.add(memo=i, amount="25.00")["transaction_hash"] for i in invoices]
     fake_payments.add(memo="no-such-invoice", amount="1.00")
-    invocation = job_scope.invocation("payment_watcher", scheduled_event("payment_watcher", TICK),
-                                      **payments_env(fake_payments, sqs_queue))
-    records = replicas.run_together(invocation, REPLICAS)
+    records = race(replicas, jobs_db, job_scope, "payment_watcher", "payments",
+                   **payments_env(fake_payments, sqs_queue))
 
     result = one_ran(records)["result"]
     assert (result["payments_applied"], result["invoices_paid"]) == (3, 2)

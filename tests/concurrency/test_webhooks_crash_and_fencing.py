@@ -108,7 +108,8 @@ def test_a_retry_worker_killed_mid_attempt_is_reclaimed_and_delivered_with_the_s
                                     receiver, delivery_id, gate, timeout=WAIT)
         assert exitcode == -signal.SIGKILL
         stamped = deliveries(webhook_db, [delivery_id])[delivery_id]
-        assert (stamped["status"], stamped["attempts"]) == ("attempting", 1)  # its claim, never its outcome
+        # its claim, and its attempt (counted when it started), never its outcome
+        assert (stamped["status"], stamped["attempts"]) == ("attempting", 2)
         killed_token = stamped["fence_token"]
         assert killed_token >= 1
         assert [a["fence_token"] for a in attempts(webhook_db, [delivery_id])] == [0]  # the dispatcher's only
@@ -121,11 +122,11 @@ def test_a_retry_worker_killed_mid_attempt_is_reclaimed_and_delivered_with_the_s
     assert sum(s["leases_reclaimed"] for s in summaries) == 1
     log = attempts(webhook_db, [delivery_id])
     assert [(a["fence_token"], a["attempt"], a["outcome"], a["recorded"]) for a in log] == [
-        (0, 1, "failed", True), (log[-1]["fence_token"], 2, "succeeded", True)]
+        (0, 1, "failed", True), (log[-1]["fence_token"], 3, "succeeded", True)]
     assert log[-1]["fence_token"] > killed_token  # the killed claim left no outcome; a newer one did
     assert [a["response_code"] for a in log if 200 <= (a["response_code"] or 0) < 300] == [200]
     row = deliveries(webhook_db, [delivery_id])[delivery_id]
-    assert (row["status"], row["response_code"], row["attempts"]) == ("succeeded", 200, 2)
+    assert (row["status"], row["response_code"], row["attempts"]) == ("succeeded", 200, 3)  # the killed one counts
     assert row["fence_token"] == log[-1]["fence_token"]
     assert read_histories(tmp_path) == []  # the killed worker never returned
 

@@ -65,9 +65,10 @@ def test_invoke_runs_every_template_function_with_its_sample_event(
             webhook_id = json.loads(record["body"])["webhook_id"]
             secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
             with psycopg.connect(fresh_database, autocommit=True) as conn:
-                conn.execute("INSERT INTO webhook_subscriptions (id, url, secret) VALUES (%s, %s, %s) "
+                conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret) VALUES (%s, %s, %s, %s) "
                              "ON CONFLICT (id) DO UPDATE SET url = EXCLUDED.url",
-                             (webhook_id, receiver.endpoint("hook", secret), secret))
+                             (webhook_id, json.loads(record["body"])["tenant_id"], receiver.endpoint("hook", secret),
+                              secret))
         env_vars = tmp_path / "env.json"
         env_vars.write_text(json.dumps({"Parameters": {
             "AWS_ENDPOINT_URL_SES": moto_endpoint, "AWS_ENDPOINT_URL_SQS": moto_endpoint,
@@ -111,7 +112,7 @@ def _seed_dead_delivery_tick_and_poller(url: str) -> tuple[str, str, str]:
     job = f"job-{secrets.token_hex(3)}"
     poller_job = f"watcher-{secrets.token_hex(3)}"
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO webhook_subscriptions (id, url, secret) VALUES ('wh-ops', "
+        conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret) VALUES ('wh-ops', 't-ops', "
                      "'http://127.0.0.1:9/x', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') ON CONFLICT DO NOTHING")
         conn.execute("INSERT INTO webhook_deliveries (id, webhook_id, event_id, event_type, payload, status, "
                      "attempts, last_error) VALUES (%s, 'wh-ops', %s, 'x.y', '{}', 'dead', 4, 'HTTP 500')",

@@ -15,8 +15,8 @@ def test_the_fingerprint_sees_any_row_changed_added_or_removed(postgres_server_u
     with scratch_database(postgres_server_url, "onceonly_fingerprint") as url:
         migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("INSERT INTO webhook_subscriptions (id, url, secret) "
-                         "VALUES ('wh', 'http://127.0.0.1:9/', 's')")
+            conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret) "
+                         "VALUES ('wh', 't', 'http://127.0.0.1:9/', 's')")
             before = fingerprint(url)
             assert before is not None and before["public.webhook_subscriptions"][0] == 1
             assert changes(before, fingerprint(url) or {}) == []  # reading changes nothing

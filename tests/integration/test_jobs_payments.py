@@ -29,11 +29,12 @@ EURC_ISSUER = random_account()
 
 
 @pytest.fixture
-def webhooks(jobs_db: str) -> Iterator[tuple[str, str]]:
-    """One enabled and one disabled subscription; the enabled one is disabled
-    afterwards so that later tests' payments do not fan out to it."""
+def webhooks(jobs_db: str, unique: str) -> Iterator[tuple[str, str]]:
+    """One enabled and one disabled subscription of the test's tenant; the enabled
+    one is disabled afterwards."""
+    tenant = f"tenant-{unique}"
     with data.connect(jobs_db) as conn:
-        enabled, disabled = data.add_subscription(conn), data.add_subscription(conn)
+        enabled, disabled = data.add_subscription(conn, tenant), data.add_subscription(conn, tenant)
         data.disable_subscription(conn, disabled)
     yield enabled, disabled
     with data.connect(jobs_db) as conn:
@@ -124,7 +125,9 @@ def test_pages_through_the_cursor_and_applies_each_payment_once(
     mine = [m for m in messages if m["webhook_id"] == enabled]
     assert not [m for m in messages if m["webhook_id"] == disabled]
     assert sorted(m["event_id"] for m in mine) == sorted(invoice_paid_event_id(i) for i in [*invoices, overdue])
-    assert set(mine[0]) == {"webhook_id", "event_id", "event_type", "payload"}
+    assert set(mine[0]) == {"webhook_id", "tenant_id", "event_id", "event_type", "payload", "occurred_at",
+                            "sequence"}
+    assert mine[0]["tenant_id"] == tenant
     assert mine[0]["event_type"] == "invoice.paid" and mine[0]["payload"]["tenant_id"] == tenant
 
 

@@ -47,6 +47,22 @@ def _template() -> dict:
     return yaml.load((REPO / "template.yaml").read_text(), Loader=_CfnLoader)  # noqa: S506
 
 
+def test_a_valid_webhook_event_outlasts_a_day_of_store_outage_before_the_dead_letter_queue() -> None:
+    """maxReceiveCount and the dispatcher's outage backoff together: receive n of
+    a record an outage stopped is followed by outage_visibility(n) of waiting, and
+    the failure of the last receive moves it. That must take more than 24 h,
+    while a malformed record (no backoff) still reaches the DLQ within hours."""
+    from onceonly_app.webhooks.dispatch_batch import outage_visibility
+
+    resources = _template()["Resources"]
+    queue = resources["WebhookQueue"]["Properties"]
+    max_receives = queue["RedrivePolicy"]["maxReceiveCount"]
+    assert sum(outage_visibility(n) for n in range(1, max_receives)) > 24 * 3600
+    assert max_receives * queue["VisibilityTimeout"] <= 2 * 3600
+    dispatcher = resources["WebhookDispatchFunction"]["Properties"]
+    assert "WEBHOOK_QUEUE_URL" in dispatcher["Environment"]["Variables"]  # where the backoff is set
+
+
 @pytest.mark.parametrize("lint", [False, True], ids=["validate", "validate-lint"])
 def test_sam_validate(lint: bool) -> None:
     result = _run("validate", *(["--lint"] if lint else []))

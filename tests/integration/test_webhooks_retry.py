@@ -20,6 +20,7 @@ from onceonly_app.webhooks.redrive import list_dead, redrive
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
 from tests.support.webhooks import (
+    TENANT,
     attempts,
     context,
     create_subscription,
@@ -29,6 +30,7 @@ from tests.support.webhooks import (
     message,
     new_id,
     sqs_event,
+    subscribe,
     subscription,
     webhook_env,
 )
@@ -53,11 +55,6 @@ def env(webhook_db: str, store: onceonly.Store, store_url: str, queue_name: str)
     return webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name)
 
 
-def _subscribe(db: str, rx: WebhookReceiver, behaviour: Behaviour | None = None) -> str:
-    secret = new_secret()
-    return create_subscription(db, rx.endpoint(new_id("ep"), secret, behaviour), secret)
-
-
 def test_tokens_start_at_zero_so_the_dispatcher_owns_token_0(store: onceonly.Store, unique: str) -> None:
     """The dispatcher fences its first attempt with token 0; that is only sound if
     every claim of a queue item, the first included, carries a token >= 1."""
@@ -74,7 +71,7 @@ def test_tokens_start_at_zero_so_the_dispatcher_owns_token_0(store: onceonly.Sto
 def test_a_failed_first_attempt_is_retried_with_the_same_webhook_id(
     env: dict[str, str], webhook_db: str, receiver: WebhookReceiver
 ) -> None:
-    webhook_id = _subscribe(webhook_db, receiver, Behaviour(fail_first=1))
+    webhook_id = subscribe(webhook_db, receiver, Behaviour(fail_first=1))
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     with lambda_env(env) as (dispatch, retry):
@@ -91,7 +88,7 @@ def test_a_failed_first_attempt_is_retried_with_the_same_webhook_id(
 
 
 def test_retry_after_is_honoured(env: dict[str, str], webhook_db: str, receiver: WebhookReceiver) -> None:
-    webhook_id = _subscribe(webhook_db, receiver)
+    webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     receiver.script(delivery_id, [Reply(429, retry_after="3")])  # the schedule alone would say 0.2 s
@@ -109,7 +106,7 @@ def test_retry_after_is_honoured(env: dict[str, str], webhook_db: str, receiver:
 def test_410_gone_disables_the_subscription(
     env: dict[str, str], webhook_db: str, store: onceonly.Store, queue_name: str, receiver: WebhookReceiver
 ) -> None:
-    webhook_id = _subscribe(webhook_db, receiver, Behaviour(failure_rate=1.0, failure_status=410))
+    webhook_id = subscribe(webhook_db, receiver, Behaviour(failure_rate=1.0, failure_status=410))
     first, later = new_id("evt"), new_id("evt")
     with lambda_env(env) as (dispatch, _):
         dispatch(sqs_event([message(webhook_id, first)]), context("dispatch"))
@@ -128,7 +125,7 @@ def test_dead_after_the_last_attempt_and_redrive_requeues(
     env: dict[str, str], webhook_db: str, store: onceonly.Store, queue_name: str, receiver: WebhookReceiver,
     repo: DeliveryRepository,
 ) -> None:
-    webhook_id = _subscribe(webhook_db, receiver)
+    webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     receiver.script(delivery_id, [Reply(500)] * 4)  # the schedule 0.2,0.2,0.2 allows 4 attempts
@@ -184,10 +181,10 @@ def test_a_stranded_delivery_is_recovered_by_the_redelivered_message(
     once, well inside the lease): it may be the last message of that event."""
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_CLAIM_BATCH="1",
                       WEBHOOK_CONNECT_TIMEOUT="0.3", WEBHOOK_READ_TIMEOUT="0.5", WEBHOOK_ATTEMPT_LEASE="1")
-    webhook_id = _subscribe(webhook_db, receiver)
+    webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
     delivery_id = repo.create(
-        DeliveryRequest(webhook_id, event_id, "invoice.paid", {"n": 1}))
+        DeliveryRequest(webhook_id, event_id, "invoice.paid", {"n": 1}, TENANT))
     assert delivery_id is not None
     time.sleep(redelivered_after)
     with lambda_env(env) as (dispatch, retry):

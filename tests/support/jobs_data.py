@@ -57,11 +57,12 @@ def add_notification(conn: psycopg.Connection[Any], tenant: str) -> str:
     return key
 
 
-def add_subscription(conn: psycopg.Connection[Any]) -> str:
-    """An enabled webhook subscription (table of 0001_webhooks.sql)."""
+def add_subscription(conn: psycopg.Connection[Any], tenant: str) -> str:
+    """An enabled webhook subscription of ``tenant`` (0001_webhooks.sql, 0004_webhook_tenants.sql)."""
     webhook_id = new_id("wh")
-    conn.execute("INSERT INTO webhook_subscriptions (id, url, secret, enabled) VALUES (%s, %s, %s, true)",
-                 (webhook_id, "https://receiver.invalid/hook", "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3Q="))
+    conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, enabled)"
+                 " VALUES (%s, %s, %s, %s, true)",
+                 (webhook_id, tenant, "https://receiver.invalid/hook", "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3Q="))
     return webhook_id
 
 

@@ -19,6 +19,8 @@ import multiprocessing
 import os
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -97,6 +99,26 @@ class Replicas:
             self.join(proc, timeout)
         return [self.record(f"replica-{n}") for n in range(count)]
 
+    def run_while_the_winner_waits(self, invocation: Invocation, db_url: str, table: str, count: int = 8,
+                                   timeout: float = 120.0) -> list[dict[str, Any]]:
+        """As :meth:`run_together`, with ``table`` locked until every replica but
+        one has answered: the one that won the tick is blocked in its body until
+        then, so every other one met the tick while it ran, however the machine
+        schedules them. (The job's DATABASE_URL needs a ``?timeout=`` above the
+        wait: a statement blocked longer than the default bound is cancelled.)"""
+        barrier = CTX.Barrier(count)
+        names = [f"replica-{n}" for n in range(count)]
+        deadline = time.monotonic() + timeout
+        with table_locked(db_url, table):
+            procs = [self.start(invocation, name=name, barrier=barrier, n=n) for n, name in enumerate(names)]
+            while sum((self.directory / f"{name}.jsonl").exists() for name in names) < count - 1:
+                assert time.monotonic() < deadline, f"the losing replicas did not answer within {timeout}s"
+                assert sum(p.is_alive() for p in procs) >= 1, "every replica ended while the table was locked"
+                time.sleep(0.05)
+        for proc in procs:
+            self.join(proc, timeout)
+        return [self.record(name) for name in names]
+
     def join(self, proc: BaseProcess, timeout: float = 120.0) -> None:
         proc.join(timeout)
         assert not proc.is_alive(), f"process {proc.pid} did not finish within {timeout}s"
@@ -112,6 +134,17 @@ class Replicas:
             if proc.is_alive():
                 proc.kill()  # SIGKILL also ends a stopped process
                 proc.join(10)
+
+
+@contextmanager
+def table_locked(db_url: str, table: str) -> Iterator[None]:
+    """Hold ``table`` exclusively: a job that touches it blocks mid-body, its
+    process alive (and heartbeating) until the lock goes or the process dies."""
+    import psycopg
+
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        yield
 
 
 def wait_until_stopped(proc: BaseProcess, timeout: float = 90.0) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,20 +26,21 @@ def _handler(function: str, env: dict[str, str]) -> Any:
     return load_handler(REPO_ROOT / "functions" / function, "app.handler")
 
 
-def _record_kinds(handler: Any) -> list[str]:
-    """Wrap the dispatch module's ``record_handler`` (looked up at call time by
-    ``handler``) so that this worker learns what each of its records came to:
-    ``attempted`` when its INSERT created the delivery, else ``duplicate``."""
-    module = sys.modules[handler.__module__]
+def _record_kinds() -> list[str]:
+    """Wrap ``DispatchBatch.handle`` (the dispatcher's per-record step) so that
+    this worker learns what each of its records came to: ``attempted`` when its
+    INSERT created the delivery, else ``duplicate``."""
+    from onceonly_app.webhooks.dispatch_batch import DispatchBatch
+
     kinds: list[str] = []
-    real = module.record_handler
+    real = DispatchBatch.handle
 
-    def recording(record: Any) -> str:
-        kind = real(record)
-        kinds.append(kind)
-        return str(kind)
+    def recording(self: DispatchBatch, record: Any) -> Any:
+        result = real(self, record)
+        kinds.append(result.kind)
+        return result
 
-    module.record_handler = recording
+    DispatchBatch.handle = recording  # type: ignore[method-assign]
     return kinds
 
 
@@ -49,7 +49,7 @@ def dispatch_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[
     from tests.concurrency.race import BARRIER_TIMEOUT, History
 
     handler = _handler("webhook_dispatch", env)
-    kinds = _record_kinds(handler)
+    kinds = _record_kinds()
     open_function_clients()
     history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)

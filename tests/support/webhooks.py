@@ -15,7 +15,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.lambda_runtime import Handler, LambdaContext, load_handler
+from onceonly_cli.receiver import Behaviour, WebhookReceiver
 
 from . import REPO_ROOT
 
@@ -24,22 +26,32 @@ RETRY_DIR = REPO_ROOT / "functions" / "webhook_retry"
 EVENTS_DIR = REPO_ROOT / "events"
 
 
+TENANT = "tenant-webhooks"  # the tenant of subscriptions and messages unless a test names another
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(6)}"
 
 
 def create_subscription(postgres_url: str, url: str, secret: str, *, enabled: bool = True,
-                        webhook_id: str | None = None) -> str:
+                        webhook_id: str | None = None, tenant_id: str = TENANT) -> str:
     webhook_id = webhook_id or new_id("wh")
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("INSERT INTO webhook_subscriptions (id, url, secret, enabled) VALUES (%s, %s, %s, %s)",
-                     (webhook_id, url, secret, enabled))
+        conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, enabled)"
+                     " VALUES (%s, %s, %s, %s, %s)", (webhook_id, tenant_id, url, secret, enabled))
     return webhook_id
 
 
+def subscribe(postgres_url: str, receiver: WebhookReceiver, behaviour: Behaviour | None = None) -> str:
+    """A subscription of TENANT to a new endpoint of ``receiver``."""
+    secret = new_secret()
+    return create_subscription(postgres_url, receiver.endpoint(new_id("ep"), secret, behaviour), secret)
+
+
 def message(webhook_id: str, event_id: str, event_type: str = "invoice.paid",
-            payload: Any = None) -> str:
-    return json.dumps({"webhook_id": webhook_id, "event_id": event_id, "event_type": event_type,
+            payload: Any = None, tenant_id: str = TENANT) -> str:
+    return json.dumps({"webhook_id": webhook_id, "tenant_id": tenant_id, "event_id": event_id,
+                       "event_type": event_type,
                        "payload": payload if payload is not None else {"invoice": event_id, "amount": 4200}})
 
 

@@ -30,6 +30,15 @@ def test_reads_the_environment() -> None:
     assert (config.attempt_budget, config.claim_batch, config.queue_name) == (3.0, 3, "q-test")
 
 
+def test_the_attempt_timeout_is_one_bound_for_the_whole_attempt() -> None:
+    config = WebhookConfig.from_env({"WEBHOOK_ATTEMPT_TIMEOUT": "4", "WEBHOOK_ATTEMPT_LEASE": "20"})
+    assert config.attempt_budget == 4.0  # not connect + read (13 s), which 4 claims could not fit in 20 s
+    with pytest.raises(ConfigError, match="attempt_lease .* must exceed claim_batch x attempt timeout = 24"):
+        WebhookConfig.from_env({"WEBHOOK_ATTEMPT_TIMEOUT": "6", "WEBHOOK_ATTEMPT_LEASE": "20"})
+    with pytest.raises(ConfigError, match="attempt_timeout must be a positive"):
+        WebhookConfig.from_env({"WEBHOOK_ATTEMPT_TIMEOUT": "-1"})
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

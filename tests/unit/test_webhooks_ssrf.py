@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 
+from onceonly_app.webhooks.deadline import Deadline
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret, signed_headers
-from onceonly_app.webhooks.ssrf import UnsafeTargetError, check_target
+from onceonly_app.webhooks.ssrf import UnresolvableHostError, UnsafeTargetError, check_target
 from onceonly_cli.receiver import WebhookReceiver
+from tests.support.trickle import TrickleProxy
 
 REAL_GETADDRINFO = socket.getaddrinfo
 REAL_CONNECT = socket.socket.connect
@@ -260,3 +262,45 @@ def test_tls_uses_the_host_name_for_sni_and_the_certificate(
     wrong = check_target(f"https://wrong.test:{port}/in", allow_http_hosts={"wrong.test"})
     refused = sender.post(wrong, "{}", {})
     assert refused.status_code is None and "SSLError" in (refused.error or "")
+
+
+def test_a_trickled_tls_handshake_is_cut_off_at_the_attempt_deadline(
+    monkeypatch: pytest.MonkeyPatch, connects: list[Any], tls_server: tuple[int, Path, list[str]]
+) -> None:
+    """The server's handshake bytes come one per 20 ms through a proxy: no single
+    read waits long, but the handshake (certificate included) would take a minute."""
+    port, cert, _ = tls_server
+    _dns(monkeypatch, {"hooks.test": [["127.0.0.1"]]})
+    bound = 1.0
+    with TrickleProxy(port, gap=0.02) as proxy:
+        target = check_target(f"https://hooks.test:{proxy.port}/in", allow_http_hosts={"hooks.test"})
+        started = time.monotonic()
+        result = WebhookSender(2, 5, ca_bundle=str(cert), attempt_timeout=bound).post(target, "{}", {})
+        elapsed = time.monotonic() - started
+    assert (result.status_code, result.error) == (None, "timeout: the attempt's deadline passed")
+    assert elapsed < 2 * bound
+    assert proxy.connections == 1
+
+
+def test_a_hanging_dns_lookup_ends_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """getaddrinfo cannot be interrupted; the lookup is abandoned at the deadline
+    (and refused as unresolvable, which the service retries like a refused connect)."""
+    released = threading.Event()
+
+    def hanging(host: str, port: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        released.wait(30)
+        return []
+
+    bound = 0.5
+    started = time.monotonic()
+    with pytest.raises(UnresolvableHostError, match="deadline"):
+        check_target("https://slow-dns.example.com/", resolver=hanging, deadline=Deadline(bound))
+    assert time.monotonic() - started < 2 * bound
+    released.set()
+
+
+def test_a_dns_failure_within_the_deadline_is_reported_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    dns = _dns(monkeypatch, {})
+    with pytest.raises(UnresolvableHostError, match="Name or service not known"):
+        check_target("https://nowhere.example.com/", deadline=Deadline(5))
+    assert dns.lookups == ["nowhere.example.com"]

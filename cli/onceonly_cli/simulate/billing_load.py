@@ -62,6 +62,11 @@ class SeededInvoice:
     overdue: bool  # past due at the first tick: the overdue job moves it
 
 
+def run_tenant(run_id: str) -> str:
+    """The run's tenant: its invoices, schedules and webhook subscriptions."""
+    return f"sim-{run_id}"
+
+
 @dataclass
 class BillingLoad:
     run_id: str
@@ -73,7 +78,7 @@ class BillingLoad:
     invoices: list[SeededInvoice] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.tenant = f"sim-{self.run_id}"
+        self.tenant = run_tenant(self.run_id)
 
     def env(self) -> dict[str, str]:
         return {

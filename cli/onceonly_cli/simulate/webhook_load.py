@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from .billing_load import run_tenant
 from .loadgen import Message
 from .report import DeliveryFacts
 
@@ -21,7 +22,7 @@ SUBSCRIPTIONS = 3
 DUPLICATE_RATE = 0.15  # share of events that are delivered twice
 DUPLICATE_WINDOW = 40  # a duplicate lands within this many messages of the original
 
-INSERT_SUBSCRIPTION = "INSERT INTO webhook_subscriptions (id, url, secret) VALUES (%s, %s, %s)"
+INSERT_SUBSCRIPTION = "INSERT INTO webhook_subscriptions (id, tenant_id, url, secret) VALUES (%s, %s, %s, %s)"
 DELIVERY_STATUSES = "SELECT id, status FROM webhook_deliveries WHERE webhook_id = ANY(%s)"
 UNFINISHED_DELIVERIES = """
 SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*),
@@ -61,7 +62,7 @@ class WebhookLoad:
                 secret = new_secret(self.rng)
                 url = receiver.endpoint(name, secret, Behaviour(latency=latency, failure_rate=failure_rate,
                                                                 seed=self.rng.randrange(2**31)))
-                conn.execute(INSERT_SUBSCRIPTION, (name, url, secret))
+                conn.execute(INSERT_SUBSCRIPTION, (name, run_tenant(self.run_id), url, secret))
                 self.subscription_ids.append(name)
                 self.endpoint_names.append(name)
 
@@ -82,7 +83,8 @@ class WebhookLoad:
         for i in range(count):
             webhook_id = self.subscription_ids[i % len(self.subscription_ids)]
             event_id = f"evt_{self.run_id}_{i:05d}"
-            body = {"webhook_id": webhook_id, "event_id": event_id, "event_type": "invoice.created",
+            body = {"webhook_id": webhook_id, "tenant_id": run_tenant(self.run_id), "event_id": event_id,
+                    "event_type": "invoice.created",
                     "payload": {"invoice": f"inv_{i}", "amount_cents": 1000 + i}}
             message = Message(str(uuid.UUID(int=self.rng.getrandbits(128))), body)
             self.track(webhook_id, event_id, message.message_id)

@@ -1,6 +1,8 @@
 """Webhook events for the dispatcher: written to an outbox in the transaction of
-the change (so a crash cannot lose them), then sent to its SQS queue, one
-message per subscription: ``{"webhook_id", "event_id", "event_type", "payload"}``.
+the change (so a crash cannot lose them), one row per enabled subscription of
+the event's tenant, then sent to its SQS queue, one message per subscription:
+``{"webhook_id", "tenant_id", "event_id", "event_type", "payload", "occurred_at",
+"sequence"}`` (webhooks/messages.py).
 
 A crash after SQS accepted a message but before it was marked sent re-sends it
 on the next flush; the dispatcher dedupes on (webhook_id, event_id)."""
@@ -18,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from onceonly.errors import ConfigError
 from onceonly.stores.sqlfile import load_queries
 
 from .aws import CALL_SECONDS
@@ -25,6 +28,9 @@ from .budget import Budget
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100
+# Every webhook event type the app emits. fan_out refuses others, so a new type
+# is added here, and the two-tenant isolation test then covers it too.
+EVENT_TYPES = ("invoice.paid",)
 SQS_BATCH = 10  # SendMessageBatch takes at most 10 entries
 
 
@@ -36,7 +42,11 @@ def invoice_paid_event_id(invoice_id: str) -> str:
 
 def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenant_id: str,
             payload: dict[str, Any]) -> None:
-    """Queue the event for every enabled subscription, inside the caller's transaction."""
+    """Queue the event for every enabled subscription of ``tenant_id``, inside the
+    caller's transaction (the change's: its time is the event's ``occurred_at``).
+    Raises ConfigError for an event type not in EVENT_TYPES."""
+    if event_type not in EVENT_TYPES:
+        raise ConfigError(f"unknown webhook event type {event_type!r}: add it to webhook_events.EVENT_TYPES")
     conn.execute(SQL["fan_out"], {"event_id": event_id, "event_type": event_type, "tenant_id": tenant_id,
                                   "payload": json.dumps(payload, separators=(",", ":"), sort_keys=True)})
 
@@ -77,8 +87,9 @@ def flush(pool: ConnectionPool, sqs: Any, queue_url: str, *, tenant: str | None 
 def _send_batch(sqs: Any, queue_url: str, rows: list[dict[str, Any]], log: Any) -> list[dict[str, Any]]:
     """One SendMessageBatch call; returns the rows SQS accepted."""
     entries = [{"Id": str(n), "MessageBody": json.dumps(
-        {"webhook_id": r["webhook_id"], "event_id": r["event_id"], "event_type": r["event_type"],
-         "payload": r["payload"]}, separators=(",", ":"))} for n, r in enumerate(rows)]
+        {"webhook_id": r["webhook_id"], "tenant_id": r["tenant_id"], "event_id": r["event_id"],
+         "event_type": r["event_type"], "payload": r["payload"], "occurred_at": r["created_at"].isoformat(),
+         "sequence": r["event_sequence"]}, separators=(",", ":"))} for n, r in enumerate(rows)]
     try:
         response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
     except (ClientError, BotoCoreError) as exc:

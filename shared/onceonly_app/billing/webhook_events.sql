@@ -1,21 +1,26 @@
 -- The webhook outbox (table webhook_outbox): invoice events fanned out to the
--- enabled subscriptions in the transaction of the change, sent to the
--- dispatcher's SQS queue afterwards. webhook_subscriptions belongs to the
--- webhook schema (0001_webhooks.sql).
+-- enabled subscriptions of the event's tenant in the transaction of the change,
+-- sent to the dispatcher's SQS queue afterwards. webhook_subscriptions belongs
+-- to the webhook schema (0001_webhooks.sql, tenants: 0004_webhook_tenants.sql).
 
 -- name: fan_out --
 -- In: event_id, event_type, tenant_id, payload (json). One row per enabled
--- subscription; a repeated event (same event_id) adds nothing.
-INSERT INTO webhook_outbox (event_id, webhook_id, event_type, tenant_id, payload)
-SELECT %(event_id)s, s.id, %(event_type)s, %(tenant_id)s, %(payload)s::jsonb
-  FROM webhook_subscriptions s
- WHERE s.enabled
+-- subscription OF THE EVENT'S TENANT (a subscription without a tenant gets
+-- nothing); a repeated event (same event_id) adds nothing. The event takes one
+-- number of webhook_event_sequence here, in the transaction of the change: two
+-- changes of one invoice hold its row lock in turn, so the later one takes the
+-- larger number (the CTE is evaluated once: one number per event).
+WITH seq AS (SELECT nextval('webhook_event_sequence') AS n)
+INSERT INTO webhook_outbox (event_id, webhook_id, event_type, tenant_id, payload, event_sequence)
+SELECT %(event_id)s, s.id, %(event_type)s, %(tenant_id)s, %(payload)s::jsonb, seq.n
+  FROM webhook_subscriptions s CROSS JOIN seq
+ WHERE s.enabled AND s.tenant_id = %(tenant_id)s
 ON CONFLICT (webhook_id, event_id) DO NOTHING;
 
 -- name: lock_unsent --
 -- In: tenant (or NULL), limit. Out: unsent rows, locked until the transaction
 -- ends; SKIP LOCKED lets two flushing runs send disjoint rows.
-SELECT event_id, webhook_id, event_type, payload
+SELECT event_id, webhook_id, tenant_id, event_type, payload, created_at, event_sequence
   FROM webhook_outbox
  WHERE sent_at IS NULL AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
  ORDER BY created_at, event_id, webhook_id

@@ -17,8 +17,10 @@ DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 @dataclass(frozen=True)
 class WebhookConfig:
     retry_schedule: tuple[float, ...] = DEFAULT_SCHEDULE  # one ceiling per retry; attempts = 1 + len
-    connect_timeout: float = 3.0
-    read_timeout: float = 10.0
+    connect_timeout: float = 3.0  # cap on the TCP connect
+    read_timeout: float = 10.0  # cap on any single wait for bytes
+    attempt_timeout: float | None = None  # ONE deadline for DNS + connect + TLS + headers + body;
+    # None: connect_timeout + read_timeout
     attempt_lease: float = 60.0  # how long one claim (or the dispatcher's first attempt) may take
     claim_batch: int = 4  # deliveries claimed per q.claim by the retry worker
     deadline_margin: float = 5.0  # seconds of invocation time kept free for recording and acking
@@ -32,13 +34,15 @@ class WebhookConfig:
             raise ConfigError(f"retry schedule needs positive seconds, got {self.retry_schedule!r}")
         for name in ("connect_timeout", "read_timeout", "attempt_lease", "deadline_margin", "max_retry_after"):
             check_seconds(getattr(self, name), name)
+        if self.attempt_timeout is not None:
+            check_seconds(self.attempt_timeout, "attempt_timeout")
         if self.claim_batch < 1:
             raise ConfigError(f"claim_batch must be >= 1, got {self.claim_batch}")
         # A claimed batch is attempted one by one; the last one must still be
         # inside its lease, or another worker reclaims it while we POST.
         if self.claim_batch * self.attempt_budget >= self.attempt_lease:
             raise ConfigError(
-                f"attempt_lease ({self.attempt_lease}s) must exceed claim_batch x (connect + read timeout) "
+                f"attempt_lease ({self.attempt_lease}s) must exceed claim_batch x attempt timeout "
                 f"= {self.claim_batch * self.attempt_budget}s"
             )
 
@@ -48,8 +52,9 @@ class WebhookConfig:
 
     @property
     def attempt_budget(self) -> float:
-        """The longest one attempt can take: connect plus read timeout."""
-        return self.connect_timeout + self.read_timeout
+        """The longest one attempt's request can take, DNS lookup included: the
+        attempt timeout (by default connect plus read timeout)."""
+        return self.attempt_timeout or self.connect_timeout + self.read_timeout
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WebhookConfig:
@@ -59,6 +64,7 @@ class WebhookConfig:
         floats = {
             "WEBHOOK_CONNECT_TIMEOUT": "connect_timeout",
             "WEBHOOK_READ_TIMEOUT": "read_timeout",
+            "WEBHOOK_ATTEMPT_TIMEOUT": "attempt_timeout",
             "WEBHOOK_ATTEMPT_LEASE": "attempt_lease",
             "WEBHOOK_DEADLINE_MARGIN": "deadline_margin",
             "WEBHOOK_MAX_RETRY_AFTER": "max_retry_after",

@@ -1,7 +1,8 @@
 """The delivery records on the domain database (statements in deliveries.sql).
 
 Each method is one statement in its own short transaction, so no connection is
-held while a request is in flight."""
+held while a request is in flight. A database that cannot be reached raises
+StoreUnavailableError ("retry may help"), never a driver error."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from onceonly.errors import StoreUnavailableError
 from onceonly.stores.sqlfile import load_queries
 
 from .messages import DeliveryRequest
@@ -34,6 +37,7 @@ def delivery_id_for(webhook_id: str, event_id: str) -> str:
 @dataclass(frozen=True)
 class Subscription:
     id: str
+    tenant_id: str | None  # None: a subscription from before tenants, not assigned yet
     url: str
     secret: str
     enabled: bool
@@ -41,22 +45,28 @@ class Subscription:
 
 @dataclass(frozen=True)
 class AttemptInput:
-    """A delivery as an attempt needs it."""
+    """A delivery as an attempt needs it, from start_attempt."""
 
     id: str
-    webhook_id: str
+    tenant_id: str | None  # the event's tenant
     event_type: str
     payload: Any
-    status: str
-    attempts: int
-    generation: int
-    fence_token: int
-    created_at: float
+    attempt: int  # this attempt's number, counted before the request
+    event_sequence: int | None
+    occurred_at: float  # the change's time (the delivery's creation for older messages)
     subscription: Subscription
 
+    @property
+    def webhook_id(self) -> str:
+        return self.subscription.id
+
     def body(self) -> str:
-        """The request body: the same bytes on every attempt (Standard Webhooks envelope)."""
-        envelope = {"type": self.event_type, "timestamp": _iso(self.created_at), "data": self.payload}
+        """The request body: the same bytes on every attempt (Standard Webhooks envelope,
+        plus the event's sequence number when it has one)."""
+        envelope: dict[str, Any] = {"type": self.event_type, "timestamp": _iso(self.occurred_at),
+                                    "data": self.payload}
+        if self.event_sequence is not None:
+            envelope["sequence"] = self.event_sequence
         return json.dumps(envelope, separators=(",", ":"), sort_keys=True)
 
 
@@ -82,9 +92,13 @@ class DeliveryRepository:
         self.pool = pool
 
     def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(SQL[name], params)
-            return cur.fetchall() if cur.description else []
+        try:
+            with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(SQL[name], params)
+                return cur.fetchall() if cur.description else []
+        except psycopg.OperationalError as exc:  # connection lost or refused, pool timeout, …
+            raise StoreUnavailableError(f"domain database unavailable ({name}): "
+                                        f"{exc.__class__.__name__}") from exc
 
     def subscription(self, webhook_id: str) -> Subscription | None:
         rows = self._rows("subscription", {"webhook_id": webhook_id})
@@ -94,8 +108,9 @@ class DeliveryRepository:
         """Insert the delivery; its id, or None if (webhook_id, event_id) already had one."""
         delivery_id = delivery_id_for(request.webhook_id, request.event_id)
         rows = self._rows("create_delivery", {
-            "id": delivery_id, "webhook_id": request.webhook_id, "event_id": request.event_id,
-            "event_type": request.event_type, "payload": Jsonb(request.payload),
+            "id": delivery_id, "webhook_id": request.webhook_id, "tenant_id": request.tenant_id,
+            "event_id": request.event_id, "event_type": request.event_type, "payload": Jsonb(request.payload),
+            "occurred_at": request.occurred_at, "sequence": request.sequence,
         })
         return delivery_id if rows else None
 
@@ -105,14 +120,18 @@ class DeliveryRepository:
         rows = self._rows("untouched_delivery", {"id": delivery_id})
         return float(rows[0]["created_at"]) if rows else None
 
-    def load(self, delivery_id: str) -> AttemptInput | None:
-        rows = self._rows("load_for_attempt", {"id": delivery_id})
+    def start_attempt(self, delivery_id: str, generation: int, token: int,
+                      max_attempts: int) -> AttemptInput | None:
+        """Count one more attempt and load what it needs; None if this holder was
+        fenced off or every allowed attempt has started (see state())."""
+        rows = self._rows("start_attempt", {"id": delivery_id, "generation": generation, "token": token,
+                                            "max_attempts": max_attempts})
         if not rows:
             return None
         row = rows[0]
-        subscription = Subscription(
-            row.pop("webhook_id"), row.pop("url"), row.pop("secret"), row.pop("enabled"))
-        return AttemptInput(webhook_id=subscription.id, subscription=subscription, **row)
+        subscription = Subscription(row.pop("webhook_id"), row.pop("subscription_tenant_id"), row.pop("url"),
+                                    row.pop("secret"), row.pop("enabled"))
+        return AttemptInput(subscription=subscription, **row)
 
     def stamp_fence(self, delivery_id: str, generation: int, token: int) -> str | None:
         """Take the delivery for a claim: the status it had before, or None if refused."""

@@ -3,15 +3,17 @@
 -- an attempt's outcome is ONE statement fenced by (generation, fence_token).
 
 -- name: subscription --
-SELECT id, url, secret, enabled FROM webhook_subscriptions WHERE id = %(webhook_id)s;
+SELECT id, tenant_id, url, secret, enabled FROM webhook_subscriptions WHERE id = %(webhook_id)s;
 
 -- name: create_delivery --
--- In: id, webhook_id, event_id, event_type, payload. Out: the new row, or NO row
--- when (webhook_id, event_id) already has a delivery. Closes the duplicate race:
--- of two invocations handling the same event, only the one whose insert created
--- the row makes the first attempt.
-INSERT INTO webhook_deliveries (id, webhook_id, event_id, event_type, payload)
-VALUES (%(id)s, %(webhook_id)s, %(event_id)s, %(event_type)s, %(payload)s::jsonb)
+-- In: id, webhook_id, tenant_id, event_id, event_type, payload, occurred_at,
+-- sequence. Out: the new row, or NO row when (webhook_id, event_id) already has
+-- a delivery. Closes the duplicate race: of two invocations handling the same
+-- event, only the one whose insert created the row makes the first attempt.
+INSERT INTO webhook_deliveries (id, webhook_id, tenant_id, event_id, event_type, payload, occurred_at,
+                                event_sequence)
+VALUES (%(id)s, %(webhook_id)s, %(tenant_id)s, %(event_id)s, %(event_type)s, %(payload)s::jsonb,
+        %(occurred_at)s, %(sequence)s)
 ON CONFLICT (webhook_id, event_id) DO NOTHING
 RETURNING id, generation, fence_token;
 
@@ -24,12 +26,23 @@ RETURNING id, generation, fence_token;
 SELECT extract(epoch FROM created_at)::float8 AS created_at FROM webhook_deliveries
  WHERE id = %(id)s AND status = 'pending' AND attempts = 0 AND fence_token = 0 AND generation = 0;
 
--- name: load_for_attempt --
--- Everything an attempt needs, the subscription included.
-SELECT d.id, d.webhook_id, d.event_type, d.payload, d.status, d.attempts, d.generation, d.fence_token,
-       extract(epoch FROM d.created_at)::float8 AS created_at, s.url, s.secret, s.enabled
-  FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.webhook_id
- WHERE d.id = %(id)s;
+-- name: start_attempt --
+-- In: id, generation, token, max_attempts. Out: everything the attempt needs,
+-- the subscription and the attempt's number included, or NO row: the holder
+-- was fenced off (a newer token, a redrive, a finished delivery) or every
+-- attempt the schedule allows has started. The attempt is counted here, BEFORE
+-- the request, in its own commit: a worker that dies mid-attempt, or cannot
+-- read the response, has still used one, so a poison delivery runs out.
+UPDATE webhook_deliveries d
+   SET attempts = d.attempts + 1, updated_at = now()
+  FROM webhook_subscriptions s
+ WHERE d.id = %(id)s AND s.id = d.webhook_id
+   AND d.generation = %(generation)s AND d.fence_token = %(token)s
+   AND d.status IN ('pending', 'attempting')
+   AND d.attempts < %(max_attempts)s
+RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence,
+          extract(epoch FROM coalesce(d.occurred_at, d.created_at))::float8 AS occurred_at,
+          s.id AS webhook_id, s.tenant_id AS subscription_tenant_id, s.url, s.secret, s.enabled;
 
 -- name: stamp_fence --
 -- In: id, generation, token (the queue claim's). Out: the row with the status it
@@ -50,12 +63,12 @@ UPDATE webhook_deliveries d
 RETURNING prev.status AS previous_status;
 
 -- name: delivery_state --
-SELECT status, generation, fence_token FROM webhook_deliveries WHERE id = %(id)s;
+SELECT webhook_id, status, generation, fence_token, attempts FROM webhook_deliveries WHERE id = %(id)s;
 
 -- name: record_outcome --
 -- In: id, generation, token, outcome, status (the delivery's new status),
 -- response_code, error, next_attempt_at (epoch or NULL), started_at (epoch).
--- Out: recorded (bool) and the delivery's attempt number.
+-- Out: recorded (bool) and the delivery's attempt number (counted by start_attempt).
 -- The fenced UPDATE and the attempts-log INSERT are one statement: the log
 -- always gains a row (a refused, stale attempt too, recorded = false), while the
 -- delivery only changes if (generation, fence_token) still match, so a holder
@@ -63,7 +76,6 @@ SELECT status, generation, fence_token FROM webhook_deliveries WHERE id = %(id)s
 WITH upd AS (
     UPDATE webhook_deliveries
        SET status = %(status)s,
-           attempts = attempts + 1,
            response_code = %(response_code)s,
            last_error = %(error)s,
            next_attempt_at = to_timestamp(%(next_attempt_at)s::float8),

@@ -4,6 +4,7 @@ shared clients (onceonly_app.appdb.clients) and the WEBHOOK_* settings."""
 from __future__ import annotations
 
 import logging
+import os
 from functools import cache
 from typing import Any
 
@@ -19,7 +20,8 @@ from .service import WebhookService
 @cache
 def _parts() -> tuple[WebhookConfig, DeliveryRepository, WebhookSender]:
     config = WebhookConfig.from_env()
-    sender = WebhookSender(config.connect_timeout, config.read_timeout, config.ca_bundle)
+    sender = WebhookSender(config.connect_timeout, config.read_timeout, config.ca_bundle,
+                           config.attempt_budget)
     return config, DeliveryRepository(db_pool()), sender
 
 
@@ -30,9 +32,20 @@ def webhook_service(logger: logging.Logger | Any | None = None) -> WebhookServic
     return WebhookService(repo, queue, sender, config, logger=logger)
 
 
+@cache
+def dispatch_queue() -> tuple[Any, str] | None:
+    """The dispatcher's own SQS queue (client, URL), to back off records a store
+    outage stopped; None where WEBHOOK_QUEUE_URL is not set (local runs)."""
+    url = os.environ.get("WEBHOOK_QUEUE_URL")
+    if not url:
+        return None
+    import boto3  # only the outage path pays for the import
+
+    return boto3.client("sqs"), url
+
+
 def reset() -> None:
     """Forget this process's clients (tests and the local CLI switch stores)."""
-    if _parts.cache_info().currsize:
-        _parts()[2].close()
-        _parts.cache_clear()
+    _parts.cache_clear()
+    dispatch_queue.cache_clear()
     clients.reset()

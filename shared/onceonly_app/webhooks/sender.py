@@ -1,50 +1,40 @@
-"""POST one signed webhook with a requests Session, to the address the SSRF guard
-checked.
+"""POST one signed webhook to the address the SSRF guard checked, within one
+deadline.
 
-The URL is rewritten to the checked IP; the Host header, the TLS SNI
-(``server_hostname``) and the certificate check (``assert_hostname``) keep the
-real host name. Redirects are never followed (a 3xx could point inside), proxies
-from the environment are ignored, and every request has connect and read
-timeouts. The response body is read up to a small limit, for the error text."""
+- The socket dials the checked IP; the Host header, the TLS SNI and the
+  certificate check keep the real host name, so a DNS answer that changes
+  after the check is never used.
+- One deadline bounds connect, TLS handshake, headers and body together
+  (deadline.py): a watchdog shuts the socket down when it passes, so an endpoint
+  that trickles bytes cannot hold the attempt open read by read.
+- One connection per attempt, closed afterwards: nothing slow goes back to a
+  pool. Redirects are never followed (http.client does not), no proxy is ever
+  used (we dial the address ourselves), and at most 512 bytes of the response
+  body are read, for the error text."""
 
 from __future__ import annotations
 
+import http.client
+import socket
+import ssl
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
-import requests
-import urllib3
-from requests.adapters import HTTPAdapter
+import certifi
 
-from .backoff import RETRY_AFTER_STATUSES, parse_retry_after
+from .backoff import RETRY_AFTER_STATUSES
+from .deadline import Deadline, DeadlineExceededError, SocketWatchdog
 from .ssrf import Target
 
 USER_AGENT = "onceonly-webhooks/0.1"
 MAX_ERROR_BODY = 512
-MAX_ADAPTERS = 64  # pinned (host, address) connection pools kept per container
-
-
-class PinnedHostAdapter(HTTPAdapter):
-    """Connection pools that dial an IP literal but speak TLS to ``host``."""
-
-    def __init__(self, host: str, **kwargs: Any) -> None:
-        self.host = host
-        super().__init__(**kwargs)
-
-    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False,
-                         **pool_kwargs: Any) -> None:
-        # urllib3 drops both keywords for plain-http pools.
-        pool_kwargs.update(server_hostname=self.host, assert_hostname=self.host)
-        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
 
 
 @dataclass(frozen=True)
 class SendResult:
     status_code: int | None  # None: no HTTP response (timeout, refused connection, …)
     error: str | None  # short reason on failure; never the request body
-    retry_after: float | None = None
+    retry_after: str | None = None  # the raw Retry-After header of a 429/503 (backoff.py parses it)
     elapsed: float = 0.0
 
     @property
@@ -53,59 +43,77 @@ class SendResult:
 
 
 class WebhookSender:
-    """One per container: keeps a keep-alive pool per checked (host, address)."""
+    """One per container. ``connect_timeout`` caps the TCP connect and
+    ``read_timeout`` any single wait for bytes; the deadline passed to
+    :meth:`post` (default: ``attempt_timeout`` from now) bounds the whole request."""
 
-    def __init__(self, connect_timeout: float, read_timeout: float, ca_bundle: str | None = None) -> None:
-        self.timeout = (connect_timeout, read_timeout)
-        self.verify: bool | str = ca_bundle or True
-        self.session = requests.Session()
-        self.session.trust_env = False  # no proxies or netrc from the environment
-        self._adapters: OrderedDict[tuple[str, str, int], PinnedHostAdapter] = OrderedDict()
+    def __init__(self, connect_timeout: float, read_timeout: float, ca_bundle: str | None = None,
+                 attempt_timeout: float | None = None) -> None:
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.attempt_timeout = attempt_timeout or connect_timeout + read_timeout
+        # check_hostname + CERT_REQUIRED: the certificate must name the real host.
+        self._tls = ssl.create_default_context(cafile=ca_bundle or certifi.where())
 
-    def _adapter(self, target: Target) -> PinnedHostAdapter:
-        key = (target.host, target.address, target.port)
-        adapter = self._adapters.pop(key, None) or PinnedHostAdapter(target.host, max_retries=0)
-        self._adapters[key] = adapter
-        while len(self._adapters) > MAX_ADAPTERS:
-            self._adapters.popitem(last=False)[1].close()
-        return adapter
-
-    def post(self, target: Target, body: str, headers: dict[str, str]) -> SendResult:
-        request = requests.Request(
-            "POST", target.pinned_url, data=body.encode("utf-8"),
-            headers={**headers, "Host": target.host_header, "Content-Type": "application/json",
-                     "User-Agent": USER_AGENT},
-        )
-        prepared = self.session.prepare_request(request)
+    def post(self, target: Target, body: str, headers: dict[str, str],
+             deadline: Deadline | None = None) -> SendResult:
+        deadline = deadline or Deadline(self.attempt_timeout)
         started = time.monotonic()
+        watchdog = SocketWatchdog(deadline)
+        sock: socket.socket | None = None
         try:
-            # Adapter.send never follows redirects (only Session.send does).
-            response = self._adapter(target).send(prepared, stream=True, timeout=self.timeout, verify=self.verify)
-        except requests.Timeout as exc:
-            return SendResult(None, f"timeout: {exc.__class__.__name__}", elapsed=time.monotonic() - started)
-        except requests.RequestException as exc:
-            return SendResult(None, f"connection failed: {exc.__class__.__name__}",
-                              elapsed=time.monotonic() - started)
-        try:
-            status = response.status_code
-            retry_after = None
-            if status in RETRY_AFTER_STATUSES:
-                retry_after = parse_retry_after(response.headers.get("Retry-After"), time.time())
-            error = None if 200 <= status < 300 else f"HTTP {status}: {_snippet(response)}"
+            sock = self._connect(target, deadline, watchdog)
+            connection = http.client.HTTPConnection(target.address, target.port)
+            connection.sock = sock  # already connected (and TLS-wrapped): never dials again
+            connection.request("POST", target.path, body=body.encode("utf-8"), headers={
+                **headers, "Host": target.host_header, "Content-Type": "application/json",
+                "User-Agent": USER_AGENT, "Accept-Encoding": "identity", "Connection": "close"})
+            response = connection.getresponse()
+            if watchdog.fired:
+                # The shutdown reads as end of stream, and http.client takes an
+                # end of stream among the headers for their end: not a response.
+                raise DeadlineExceededError("the attempt's deadline passed")
+            status = response.status
+            retry_after = response.getheader("Retry-After") if status in RETRY_AFTER_STATUSES else None
+            error = None if 200 <= status < 300 else f"HTTP {status}: {_snippet(response, watchdog)}"
             return SendResult(status, error, retry_after, time.monotonic() - started)
+        except (OSError, http.client.HTTPException) as exc:
+            return SendResult(None, _reason(exc, watchdog, deadline), elapsed=time.monotonic() - started)
         finally:
-            response.close()
+            watchdog.stop()  # before the close: the watchdog never touches a closed descriptor
+            if sock is not None:
+                sock.close()
 
-    def close(self) -> None:
-        for adapter in self._adapters.values():
-            adapter.close()
-        self._adapters.clear()
-        self.session.close()
+    def _connect(self, target: Target, deadline: Deadline, watchdog: SocketWatchdog) -> socket.socket:
+        sock = socket.create_connection((target.address, target.port), timeout=deadline.timeout(self.connect_timeout))
+        watchdog.watch(sock)
+        if target.scheme == "https":
+            # The handshake runs after the wrap, so the watchdog can cut it short too.
+            sock = self._tls.wrap_socket(sock, server_hostname=target.host, do_handshake_on_connect=False)
+            watchdog.watch(sock)
+            sock.settimeout(deadline.timeout(self.read_timeout))
+            sock.do_handshake()
+        sock.settimeout(deadline.timeout(self.read_timeout))
+        return sock
 
 
-def _snippet(response: requests.Response) -> str:
+def _reason(exc: BaseException, watchdog: SocketWatchdog, deadline: Deadline) -> str:
+    """A short error text: the class of failure, never the request body."""
+    if watchdog.fired or isinstance(exc, DeadlineExceededError) or deadline.remaining() <= 0:
+        return "timeout: the attempt's deadline passed"
+    if isinstance(exc, TimeoutError):
+        return f"timeout: {exc.__class__.__name__}"
+    if isinstance(exc, ssl.SSLError):
+        return f"connection failed: SSLError ({exc.__class__.__name__}: {getattr(exc, 'reason', None) or exc})"
+    if isinstance(exc, http.client.HTTPException):
+        return f"bad response: {exc.__class__.__name__}"
+    return f"connection failed: {exc.__class__.__name__}"
+
+
+def _snippet(response: http.client.HTTPResponse, watchdog: SocketWatchdog) -> str:
     try:
-        raw = response.raw.read(MAX_ERROR_BODY, decode_content=True) or b""
-    except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-        return f"(body unreadable: {exc.__class__.__name__})"
+        raw = response.read(MAX_ERROR_BODY) or b""
+    except (OSError, http.client.HTTPException) as exc:
+        why = "deadline passed" if watchdog.fired else exc.__class__.__name__
+        return f"(body unreadable: {why})"
     return raw.decode("utf-8", "replace").strip()[:MAX_ERROR_BODY] or "(empty body)"

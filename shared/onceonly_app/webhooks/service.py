@@ -7,6 +7,11 @@ outcome does to the delivery record and the due queue.
 - Retry (schedule): any number of workers claim due deliveries from the queue;
   each claim stamps its token on the delivery before attempting, and every write
   recording an outcome must still match that token.
+- Every attempt is counted when it starts (start_attempt), so a delivery whose
+  attempts crash the worker still runs out of attempts and dead-letters; one
+  claim that fails does not stop the run, only an unavailable store does.
+- Every attempt has one deadline (attempt_budget) for its DNS lookup and its
+  whole request, and is only started when the invocation has that much time left.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onceonly import Claim, Queue, QueueDepth
+from onceonly.errors import StoreUnavailableError
 
-from .backoff import RetryPolicy
+from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
+from .deadline import Deadline
 from .deliveries import AttemptInput, DeliveryRepository, Outcome, delivery_id_for
 from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
@@ -34,6 +41,12 @@ DISPATCH_TOKEN = 0  # queue items start at token 0; a claim's token is always >=
 
 class UnknownWebhookError(MalformedMessageError):
     """The message names a subscription that does not exist."""
+
+
+class DeadlineNearError(Exception):
+    """Too little invocation time is left to make an attempt within its deadline,
+    so the record was not started (nothing was written): it fails in its batch
+    and SQS brings it back, instead of the invocation timing out mid-attempt."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,7 @@ class AttemptReport:
 class DispatchResult:
     delivery_id: str
     kind: str  # attempted | duplicate | rearmed (an untouched delivery's safety net, see _duplicate)
+    #            | fenced (a retry worker took the delivery before the first attempt started)
     attempt: AttemptReport | None = None
 
 
@@ -66,6 +80,7 @@ class RetryReport:
     fenced_writes_refused: int = 0  # stamp or record refused: a newer holder exists
     finished_elsewhere: int = 0  # claimed, but already succeeded/dead: acked
     handed_back: int = 0  # claimed too close to the deadline: given back, due now
+    claims_failed: int = 0  # raised while handled: left to its lease, the rest of the run went on
     queue_depth: QueueDepth | None = None
     attempts: list[AttemptReport] = field(default_factory=list)
 
@@ -95,9 +110,18 @@ class WebhookService:
         self.resolver = resolver
 
     # -- dispatch -------------------------------------------------------------
-    def dispatch(self, request: DeliveryRequest) -> DispatchResult:
+    def has_time_for_attempt(self, remaining_ms: Callable[[], int]) -> bool:
+        """Whether an attempt started now ends (deadline) with the margin still left."""
+        return remaining_ms() / 1000 > self.config.deadline_margin + self.config.attempt_budget
+
+    def dispatch(self, request: DeliveryRequest, remaining_ms: Callable[[], int] | None = None) -> DispatchResult:
         """Create the delivery of ``request`` and make its first attempt, once.
-        Raises UnknownWebhookError (the record fails alone and goes to the DLQ)."""
+        Raises UnknownWebhookError (the record fails alone and goes to the DLQ),
+        DeadlineNearError before doing anything if ``remaining_ms`` leaves too
+        little time, StoreUnavailableError if a store cannot be reached."""
+        if remaining_ms is not None and not self.has_time_for_attempt(remaining_ms):
+            raise DeadlineNearError(f"{remaining_ms()} ms left, an attempt needs up to "
+                                    f"{self.config.attempt_budget + self.config.deadline_margin:g} s")
         if self.repo.subscription(request.webhook_id) is None:
             raise UnknownWebhookError(f"unknown webhook_id {request.webhook_id!r}")
         delivery_id = self.repo.create(request)
@@ -108,6 +132,8 @@ class WebhookService:
         safety_net_due = self.clock() + self.config.attempt_lease
         self.queue.put(delivery_id, due_at=safety_net_due, payload={"generation": 0})
         report = self._attempt(delivery_id, generation=0, token=DISPATCH_TOKEN)
+        if report is None:
+            return DispatchResult(delivery_id, "fenced")  # a retry worker owns it (and the queue item)
         if report.recorded:
             if report.status == "retrying":
                 self.queue.put(delivery_id, due_at=report.next_attempt_at, payload={"generation": 0})
@@ -138,29 +164,48 @@ class WebhookService:
         the queue hands each due item to one claimer, and the fence refuses the
         writes of a holder whose lease was reclaimed."""
         report = RetryReport()
-        needed = self.config.deadline_margin + self.config.attempt_budget
-        while remaining_ms() / 1000 > needed:
+        while self.has_time_for_attempt(remaining_ms):
             claims = self.queue.claim(limit=self.config.claim_batch, lease=self.config.attempt_lease)
             if not claims:
                 break
             report.claimed += len(claims)
             to_ack: list[Claim] = []
-            for claim in claims:
-                if remaining_ms() / 1000 <= needed or claim.lease_expires_at - self.clock() <= \
-                        self.config.attempt_budget:
-                    # Too late to finish inside the deadline or the lease: hand it
-                    # back now instead of leaving it locked until the lease ends.
-                    if self.queue.retry(claim, due_at=self.clock()):
-                        report.handed_back += 1
-                    else:
-                        report.claims_contended += 1
-                    continue
-                retry_at = self._handle_claim(claim, report, to_ack)
-                if retry_at is not None and not self.queue.retry(claim, due_at=retry_at):
-                    report.claims_contended += 1
-            report.claims_contended += self.queue.ack_many(to_ack).count(False)
+            try:
+                for claim in claims:
+                    self._process_claim(claim, remaining_ms, report, to_ack)
+            finally:
+                # The finished claims are acked even when a store outage ends the
+                # run: the outage's own claims come back when their leases end.
+                if to_ack:
+                    report.claims_contended += self.queue.ack_many(to_ack).count(False)
         report.queue_depth = self.queue.depth()
         return report
+
+    def _process_claim(self, claim: Claim, remaining_ms: Callable[[], int], report: RetryReport,
+                       to_ack: list[Claim]) -> None:
+        """One claim, isolated: a failure that belongs to this claim alone is logged
+        and counted, and the run goes on; its lease runs out and it is claimed
+        again (the attempt, if it started, was counted). A store that cannot be
+        reached (StoreUnavailableError) ends the run: the next claims would fail too."""
+        if not self.has_time_for_attempt(remaining_ms) or \
+                claim.lease_expires_at - self.clock() <= self.config.attempt_budget:
+            # Too late to finish inside the deadline or the lease: hand it
+            # back now instead of leaving it locked until the lease ends.
+            if self.queue.retry(claim, due_at=self.clock()):
+                report.handed_back += 1
+            else:
+                report.claims_contended += 1
+            return
+        try:
+            retry_at = self._handle_claim(claim, report, to_ack)
+            if retry_at is not None and not self.queue.retry(claim, due_at=retry_at):
+                report.claims_contended += 1
+        except StoreUnavailableError:
+            raise
+        except Exception:  # noqa: BLE001 - one bad claim must not cost the others
+            report.claims_failed += 1
+            self.log.exception("claim failed; it is retried when its lease ends",
+                               extra={"delivery_id": claim.item_id, "token": claim.token})
 
     def _handle_claim(self, claim: Claim, report: RetryReport, to_ack: list[Claim]) -> float | None:
         """Attempt one claimed delivery; returns the next due time, or None (acked or skipped)."""
@@ -181,6 +226,9 @@ class WebhookService:
             report.leases_reclaimed += 1
             self.log.info("lease reclaimed: the previous holder never recorded an outcome", extra=context)
         attempt = self._attempt(claim.item_id, generation, claim.token)
+        if attempt is None:
+            report.fenced_writes_refused += 1  # a newer holder stamped between our stamp and our start
+            return None
         report.count(attempt)
         if not attempt.recorded:
             return None
@@ -190,51 +238,77 @@ class WebhookService:
         return None
 
     # -- one attempt ------------------------------------------------------------
-    def _attempt(self, delivery_id: str, generation: int, token: int) -> AttemptReport:
-        delivery = self.repo.load(delivery_id)
-        if delivery is None:
-            raise LookupError(f"delivery {delivery_id} vanished")  # only if someone deleted it by hand
+    def _attempt(self, delivery_id: str, generation: int, token: int) -> AttemptReport | None:
+        """Start (count), make and record one attempt. None: fenced off before it
+        started, nothing was sent. A delivery that has started every attempt its
+        schedule allows is recorded dead here, without a request."""
         started = self.clock()
-        outcome = self._try(delivery)
+        delivery = self.repo.start_attempt(delivery_id, generation, token, self.policy.max_attempts)
+        if delivery is None:
+            state = self.repo.state(delivery_id)
+            if state is None or not self._out_of_attempts(state, generation, token):
+                return None
+            webhook_id = str(state["webhook_id"])
+            outcome = Outcome("failed", "dead", None, (
+                f"no outcome was recorded for the last of {self.policy.max_attempts} attempts (the worker "
+                "died, timed out or could not read the response); not retried"), None)
+        else:
+            webhook_id = delivery.webhook_id
+            outcome = self._try(delivery)
         recorded = self.repo.record(delivery_id, generation, token, outcome, started)
         if recorded.recorded and outcome.outcome == "gone":
-            self.repo.disable_subscription(delivery.webhook_id, "410 Gone from the endpoint")
+            self.repo.disable_subscription(webhook_id, "410 Gone from the endpoint")
         report = AttemptReport(
-            delivery_id, delivery.webhook_id, outcome.outcome, outcome.status, recorded.recorded,
+            delivery_id, webhook_id, outcome.outcome, outcome.status, recorded.recorded,
             recorded.attempt, outcome.response_code, outcome.next_attempt_at)
         self.log.log(
             logging.INFO if recorded.recorded else logging.WARNING,
             "attempt recorded" if recorded.recorded else "attempt outcome refused by the fence",
-            extra={"delivery_id": delivery_id, "webhook_id": delivery.webhook_id, "token": token,
+            extra={"delivery_id": delivery_id, "webhook_id": webhook_id, "token": token,
                    "generation": generation, "attempt": recorded.attempt, "outcome": outcome.outcome,
                    "status": outcome.status, "response_code": outcome.response_code,
                    "error": outcome.error},
         )
         return report
 
+    def _out_of_attempts(self, state: dict[str, Any], generation: int, token: int) -> bool:
+        """start_attempt refused: is it because every allowed attempt has started
+        (and this holder still owns the delivery), rather than a newer holder?"""
+        return (state["generation"] == generation and state["fence_token"] == token
+                and state["status"] in ("pending", "attempting")
+                and state["attempts"] >= self.policy.max_attempts)
+
     def _try(self, delivery: AttemptInput) -> Outcome:
         """Make the request (or decide not to) and say what it means."""
         subscription = delivery.subscription
-        attempts_made = delivery.attempts + 1
+        if subscription.tenant_id is None or delivery.tenant_id != subscription.tenant_id:
+            # An event goes to its own tenant's subscriptions only; a delivery
+            # that would cross (from before tenants, or a subscription moved to
+            # another tenant) is refused, kept and listed as dead.
+            why = "the subscription has no tenant" if subscription.tenant_id is None else \
+                "the event belongs to another tenant than the subscription"
+            return Outcome("refused", "dead", None, f"refused: {why}", None)
         if not subscription.enabled:
             return Outcome("disabled", "dead", None, "subscription disabled", None)
+        deadline = Deadline(self.config.attempt_budget)  # one for the DNS lookup and the whole request
         try:
-            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver)
+            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
         except UnsafeTargetError as exc:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
-            return self._failure(SendResult(None, str(exc)), attempts_made)
+            return self._failure(SendResult(None, str(exc)), delivery.attempt)
         body = delivery.body()
         headers = signed_headers(subscription.secret, delivery.id, body, self.clock())
-        result = self.sender.post(target, body, headers)
+        result = self.sender.post(target, body, headers, deadline)
         if result.ok:
             return Outcome("succeeded", "succeeded", result.status_code, None, None)
         if result.status_code == 410:
             return Outcome("gone", "dead", 410, "410 Gone: subscription disabled", None)
-        return self._failure(result, attempts_made)
+        return self._failure(result, delivery.attempt)
 
     def _failure(self, result: SendResult, attempts_made: int) -> Outcome:
-        delay = self.policy.next_delay(attempts_made, result.retry_after)
+        retry_after = parse_retry_after(result.retry_after, self.clock(), self.config.max_retry_after)
+        delay = self.policy.next_delay(attempts_made, retry_after)
         if delay is None:
             return Outcome("failed", "dead", result.status_code,
                            f"{result.error} (last of {self.policy.max_attempts} attempts)", None)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .deadline import Deadline, DeadlineExceededError, resolve_within
+
 Resolver = Callable[..., list[Any]]
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -82,9 +84,10 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
 
 
 def check_target(url: str, allow_http_hosts: Collection[str] = (),
-                 resolver: Resolver | None = None) -> Target:
+                 resolver: Resolver | None = None, deadline: Deadline | None = None) -> Target:
     """Validate ``url`` and resolve its host once. Returns the Target to connect
-    to; raises UnsafeTargetError before any connection is made.
+    to; raises UnsafeTargetError before any connection is made, and
+    UnresolvableHostError when DNS gives no answer (by ``deadline``, if given).
 
     A host in ``allow_http_hosts`` (lower case) may use plain http and private
     or loopback addresses: that is how tests reach a receiver on 127.0.0.1."""
@@ -105,8 +108,11 @@ def check_target(url: str, allow_http_hosts: Collection[str] = (),
     port = port or (443 if scheme == "https" else 80)
     resolve = resolver or socket.getaddrinfo
     try:
-        infos = resolve(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
+        if deadline is None:
+            infos = resolve(host, port, type=socket.SOCK_STREAM)
+        else:
+            infos = resolve_within(resolve, host, port, deadline)
+    except (socket.gaierror, UnicodeError, DeadlineExceededError) as exc:
         raise UnresolvableHostError(f"cannot resolve {host!r}: {exc}") from exc
     # sockaddr[0] is the address text; a scoped IPv6 one carries "%zone".
     addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))

@@ -1,0 +1,114 @@
+"""One deadline for everything an attempt waits on: the DNS lookup, the connect,
+the TLS handshake, the response headers and the body.
+
+Socket timeouts alone cannot give that: they bound each read, so an endpoint
+that trickles a byte a second keeps a request open for as long as it likes.
+:class:`SocketWatchdog` shuts the attempt's socket down when the deadline passes,
+which ends any read or handshake blocked on it; :func:`resolve_within` gives up on
+a DNS lookup that outlives the deadline (getaddrinfo itself cannot be cut short,
+so it finishes in a daemon thread whose answer is dropped)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class DeadlineExceededError(TimeoutError):
+    """The attempt's deadline passed before it finished."""
+
+
+class Deadline:
+    """An instant on the monotonic clock."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.at = clock() + seconds
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - self._clock())
+
+    def timeout(self, cap: float | None = None) -> float:
+        """A socket timeout that ends by the deadline; raises when it has passed."""
+        left = self.remaining()
+        if left <= 0:
+            raise DeadlineExceededError("the attempt's deadline passed")
+        return left if cap is None else min(cap, left)
+
+
+class SocketWatchdog:
+    """Shuts down the watched sockets when the deadline passes, unless stopped first.
+
+    ``stop()`` must be called before the sockets are closed: the lock makes the
+    shutdown and the stop exclusive, so the watchdog never touches a file
+    descriptor that was closed (and maybe reused) after the attempt ended."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._stopped = False
+        self.fired = False
+        self._timer = threading.Timer(deadline.remaining(), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.fired:
+                _shutdown(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self.fired = True
+            for sock in self._sockets:
+                _shutdown(sock)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+        self._timer.cancel()
+
+    def __enter__(self) -> SocketWatchdog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # socket.socket.shutdown, not SSLSocket.shutdown: the latter drops the TLS
+    # object under the reader blocked in another thread; shutting the file
+    # descriptor down just makes that read return.
+    with contextlib.suppress(OSError):  # already closed or never connected: nothing is blocked on it
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def resolve_within(resolve: Callable[..., list[Any]], host: str, port: int, deadline: Deadline) -> list[Any]:
+    """``resolve(host, port, type=SOCK_STREAM)`` in a daemon thread, waited for no
+    longer than the deadline. Raises DeadlineExceededError when it is not back in
+    time; exceptions of the lookup itself are re-raised here."""
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            outcome.append((True, resolve(host, port, type=socket.SOCK_STREAM)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread as is
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name=f"resolve-{host}", daemon=True).start()
+    if not done.wait(deadline.remaining()):
+        raise DeadlineExceededError(f"DNS lookup of {host!r} did not finish by the attempt's deadline")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return list(value)

@@ -1,0 +1,94 @@
+"""One SQS batch of the dispatcher: each record fails alone, and why it failed
+decides when SQS brings it back.
+
+- Malformed (bad JSON, a missing field, an unknown webhook): a permanent fault
+  of the message. It fails; SQS brings it back after the queue's visibility
+  timeout, and after maxReceiveCount receives moves it to the dead-letter queue.
+- Not started for lack of time (DeadlineNearError): it fails with nothing
+  written, and comes back after the visibility timeout.
+- A store is unavailable (the database or the coordination store): the record
+  and every later one of the batch fail without being tried, since each would
+  wait for the same outage. Each gets a visibility timeout that doubles with its
+  receive count (:func:`outage_visibility`), so that the receives SQS allows
+  span a long outage rather than half an hour: a valid event is not moved to
+  the dead-letter queue as if it were malformed.
+
+The records before the outage are done and are not sent back (partial batch
+response), which is why the batch is not failed as a whole."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from onceonly.errors import StoreUnavailableError
+
+from .messages import MalformedMessageError, parse_message
+from .service import DeadlineNearError, DispatchResult, WebhookService
+
+OUTAGE_VISIBILITY_FIRST = 60  # seconds before the first retry of a record an outage stopped
+OUTAGE_VISIBILITY_MAX = 43_200  # SQS's longest visibility timeout (12 h)
+SQS_BATCH = 10  # ChangeMessageVisibilityBatch takes at most 10 entries
+
+
+def outage_visibility(receive_count: int) -> int:
+    """Seconds until a record stopped by an outage is received again: 60 s after
+    its first receive, doubling each time, at most 12 h. With maxReceiveCount 12
+    (template.yaml) a valid event survives about 29 hours of outage."""
+    return min(OUTAGE_VISIBILITY_FIRST * 2 ** max(0, receive_count - 1), OUTAGE_VISIBILITY_MAX)
+
+
+class DispatchBatch:
+    """Per invocation: ``handle`` is the batch processor's record handler."""
+
+    def __init__(self, service: WebhookService, remaining_ms: Callable[[], int],
+                 log: logging.Logger | Any) -> None:
+        self.service = service
+        self.remaining_ms = remaining_ms
+        self.log = log
+        self.outage: StoreUnavailableError | None = None
+        self.stopped_by_outage: list[SQSRecord] = []
+
+    def handle(self, record: SQSRecord) -> DispatchResult:
+        context = {"message_id": record.message_id}
+        if self.outage is not None:
+            self.stopped_by_outage.append(record)
+            raise StoreUnavailableError("not tried: a store is unavailable in this batch") from self.outage
+        try:
+            return self.service.dispatch(parse_message(record.body), self.remaining_ms)
+        except MalformedMessageError as exc:
+            # The reason names the bad field; the body itself is never logged.
+            self.log.warning("malformed record rejected", extra={**context, "reason": str(exc)})
+            raise
+        except DeadlineNearError as exc:
+            self.log.info("record not started: too little time left", extra={**context, "reason": str(exc)})
+            raise
+        except StoreUnavailableError as exc:
+            self.outage = exc
+            self.stopped_by_outage.append(record)
+            self.log.error("a store is unavailable: the rest of the batch is sent back with a backoff",
+                           extra={**context, "reason": str(exc)})
+            raise
+
+    def back_off(self, sqs: Any, queue_url: str) -> int:
+        """Give every record the outage stopped its backoff visibility timeout.
+        Returns how many SQS took; the others come back after the queue's own
+        visibility timeout (the backoff is an optimisation, not a guarantee)."""
+        from botocore.exceptions import BotoCoreError, ClientError  # boto3 only loads on this path
+
+        changed = 0
+        records = self.stopped_by_outage
+        for start in range(0, len(records), SQS_BATCH):
+            entries = [{"Id": str(n), "ReceiptHandle": r.receipt_handle,
+                        "VisibilityTimeout": outage_visibility(int(r.attributes.approximate_receive_count or 1))}
+                       for n, r in enumerate(records[start:start + SQS_BATCH])]
+            try:
+                response = sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
+            except (BotoCoreError, ClientError) as exc:
+                self.log.warning("visibility backoff not set", extra={"error": exc.__class__.__name__})
+                continue
+            changed += len(response.get("Successful", []))
+        return changed
