@@ -10,6 +10,7 @@ import os
 import random
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -29,12 +30,14 @@ from ..servers import REPO_ROOT
 from ..standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, store_keyword
 from ..stores import redact
 from ..template import schedule_expression
-from .billing_load import TICKS_PER_JOB, BillingLoad, verify_ses_sender
+from .billing_checks import billing_invariants
+from .billing_load import OVERDUE_JOB, TICKS_PER_JOB, BillingLoad, verify_ses_sender
 from .comparison import build_comparison, print_comparison
 from .drain import DrainWatch
 from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
 from .html_report import render_comparison_html, render_html
 from .loadgen import CronJob, Driver
+from .payment_checks import payment_invariants
 from .payments_load import PaymentsLoad
 from .replicas import ReplicaPool, ReplicaStartError
 from .report import build_report
@@ -42,6 +45,8 @@ from .report_text import print_report
 from .schedule import recent_ticks
 from .sqs_bridge import SqsBridge
 from .stack import Stack, start_stack
+from .tenants import Tenant, run_tenants
+from .webhook_checks import webhook_invariants
 from .webhook_load import WebhookLoad
 
 # The jobs simulate seeds and checks. The payment watcher also needs moto (its
@@ -54,6 +59,7 @@ POLL_EVERY = 0.5  # seconds between database checks of what is still unfinished
 CONNECT_TIMEOUT = 0.5
 CLAIM_BATCH = 2
 RETRY_SCHEDULE = "0.2,0.5,1.0"  # seconds; 4 attempts, then dead-lettered
+RETRY_AFTER_CAP = 1.0  # seconds: WEBHOOK_MAX_RETRY_AFTER, so a clamped hostile Retry-After costs 1 s
 
 
 def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]:
@@ -69,6 +75,7 @@ def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]
         "WEBHOOK_ATTEMPT_LEASE": str(lease),
         "WEBHOOK_DEADLINE_MARGIN": "1",
         "WEBHOOK_RETRY_SCHEDULE": RETRY_SCHEDULE,
+        "WEBHOOK_MAX_RETRY_AFTER": str(RETRY_AFTER_CAP),
         "WEBHOOK_QUEUE": queue_name,
     }
 
@@ -101,6 +108,7 @@ def replica_env(stack: Stack, specs: dict[str, Any], extra: dict[str, str]) -> d
 class Plan:
     """What a run feeds and later judges, seeded before the replicas start."""
 
+    tenants: list[Tenant]
     webhooks: WebhookLoad
     billing: BillingLoad
     payments: PaymentsLoad | None  # None when the template has no payment watcher
@@ -180,25 +188,50 @@ def cron_ticks(specs: dict[str, Any], now: datetime) -> dict[str, list[datetime]
 
 def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: str, specs: dict[str, Any],
           cleanup: ExitStack) -> Plan:
-    webhooks = WebhookLoad(run_id, rng)
+    tenants = run_tenants(run_id)
+    webhooks = WebhookLoad(run_id, rng, tenants)
     webhooks.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
-    messages = webhooks.messages(args.events)
+    messages = webhooks.messages(args.events, stack.receiver)
     ticks = cron_ticks(specs, datetime.now(UTC))
-    billing = BillingLoad(run_id, rng, {fid: job for fid, job in CRON_JOBS.items()
-                                        if fid in specs and fid in BILLING_JOBS}, ticks)
+    billing = BillingLoad(rng, {fid: job for fid, job in CRON_JOBS.items() if fid in specs and fid in BILLING_JOBS},
+                          ticks, tenants)
     billing.seed(stack.database_url)
-    cron_jobs = billing.cron_jobs()
     payments = bridge = None
     verify_ses_sender(stack.aws_endpoint)
     if WATCHER in specs:
         bridge = SqsBridge(stack.aws_endpoint, f"sim-{run_id}-webhook-events")
         cleanup.callback(bridge.close)
-        payments = PaymentsLoad(billing.tenant, rng, ticks[CRON_JOBS[WATCHER]])
+        payments = PaymentsLoad(tenants, rng, ticks[CRON_JOBS[WATCHER]])
         billing.expect_paid_after_overdue(payments.seed(stack.database_url, stack.payments, billing.invoices,
-                                                        webhooks.subscription_ids))
+                                                        webhooks.subscriptions_by_tenant()))
         webhooks.expect(payments.expected_deliveries())
-        cron_jobs.append(payments.cron_job())  # last: it pays invoices the overdue job moved
-    return Plan(webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
+    cron_jobs = billing.cron_jobs(payments.cron_job() if payments else None)
+    return Plan(tenants, webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
+
+
+def domain_invariants(conn: psycopg.Connection[Any], stack: Stack, plan: Plan, kills: int) -> list[Any]:
+    """The seeded scenarios, judged from the database and the receiver."""
+    judged = webhook_invariants(conn, stack.receiver.history(), plan.webhooks, RETRY_AFTER_CAP, kills)
+    if plan.payments:
+        judged += payment_invariants(conn, plan.payments.payments, plan.payments.baits, plan.payments.accepted)
+    billing = plan.billing
+    last_overdue = billing.ticks[OVERDUE_JOB][-1] if OVERDUE_JOB in billing.jobs.values() else None
+    return judged + billing_invariants(conn, last_overdue, sum(1 for i in billing.invoices if i.kind == "due today"))
+
+
+def scenarios(plan: Plan) -> dict[str, Any]:
+    """What was seeded for the domain invariants, for the report."""
+    unmatched = Counter(p.reason for p in plan.payments.payments if p.reason) if plan.payments else Counter()
+    return {
+        "tenants": [{"id": t.id, "time_zone": t.time_zone, "currency": t.currency,
+                     "subscriptions": len(plan.webhooks.subscriptions_by_tenant()[t.id])} for t in plan.tenants],
+        "hostile_retry_after": sorted(plan.webhooks.retry_after_of.values()),
+        "trickled_deliveries": len(plan.webhooks.trickled),
+        "misaddressed_events": len(plan.webhooks.misaddressed),
+        "payments_not_credited": dict(sorted(unmatched.items())),
+        "multi_operation_transactions": len({p.transaction_hash for p in plan.payments.payments if p.operations > 1})
+        if plan.payments else 0,
+    }
 
 
 def _write(path: Path, text: str) -> None:
@@ -282,4 +315,5 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         effects=plan.billing.effects(conn), payments=plan.payments.effects(conn) if plan.payments else None,
         paid_ids=plan.payments.expected_deliveries() if plan.payments else set(),
         invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,
-        drain_detail=watch.detail())
+        drain_detail=watch.detail(), domain=domain_invariants(conn, stack, plan, pool.kills),
+        scenarios=scenarios(plan))

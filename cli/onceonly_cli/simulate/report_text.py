@@ -25,7 +25,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], **o
 
 def print_report(report: dict[str, Any], console: Console) -> None:
     wh, lat = report["webhooks"], report["latency_ms"]
-    console.print(table("exactly-once invariants", ("invariant", "result", "detail"),
+    console.print(table("invariants (exactly-once, then the domain scenarios)", ("invariant", "result", "detail"),
                          ((i["name"], mark(i["ok"]), i["detail"]) for i in report["invariants"])))
     rows = [
         ("events in", wh["events_in"]),
@@ -63,6 +63,6 @@ def print_report(report: dict[str, Any], console: Console) -> None:
                      payments["invoice_paid_received"], mark(payments["invoice_paid_ok"])))
         console.print(table("payments (each applied once; invoice.paid once per subscription)",
                              ("effect", "expected", "actual", "result"), paid))
-    verdict = ("[bold green]every exactly-once invariant held[/]" if report["ok"]
-               else "[bold red]an exactly-once invariant broke[/]")
+    verdict = ("[bold green]every invariant held, exactly-once and domain[/]" if report["ok"]
+               else "[bold red]an invariant broke[/]")
     console.print(verdict)
