@@ -263,5 +263,24 @@ def _payment_invariants(payments: list[EffectCheck], paid_ids: set[str], d: Deli
     ]
 
 
+def scenario_rows(scenarios: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a run seeded for the domain invariants, as (what, value) lines for
+    the text and HTML reports."""
+    if not scenarios:
+        return []
+    tenants = "; ".join(f"{t['id']} ({t['time_zone']}, {t['currency']}, {t['subscriptions']} subscriptions)"
+                        for t in scenarios["tenants"])
+    return [
+        ("tenants", tenants),
+        ("hostile Retry-After values (429/503, then 2xx)",
+         ", ".join(repr(v) for v in scenarios["hostile_retry_after"])),
+        ("deliveries whose first answer trickles", str(scenarios["trickled_deliveries"])),
+        ("events addressed to another tenant's subscription", str(scenarios["misaddressed_events"])),
+        ("payment operations not to credit", ", ".join(f"{n} {why}" for why, n in
+                                                     scenarios["payments_not_credited"].items())),
+        ("transactions of several payment operations", str(scenarios["multi_operation_transactions"])),
+    ]
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 2)

@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .report import scenario_rows
+
 
 def mark(ok: bool) -> str:
     return "[green]ok[/]" if ok else "[bold red]BROKEN[/]"
@@ -63,6 +65,9 @@ def print_report(report: dict[str, Any], console: Console) -> None:
                      payments["invoice_paid_received"], mark(payments["invoice_paid_ok"])))
         console.print(table("payments (each applied once; invoice.paid once per subscription)",
                              ("effect", "expected", "actual", "result"), paid))
+    seeded = scenario_rows(report.get("scenarios") or {})
+    if seeded:
+        console.print(table("domain scenarios seeded", ("what", "seeded"), seeded))
     verdict = ("[bold green]every invariant held, exactly-once and domain[/]" if report["ok"]
                else "[bold red]an invariant broke[/]")
     console.print(verdict)
