@@ -59,7 +59,8 @@ POLL_EVERY = 0.5  # seconds between database checks of what is still unfinished
 CONNECT_TIMEOUT = 0.5
 CLAIM_BATCH = 2
 RETRY_SCHEDULE = "0.2,0.5,1.0"  # seconds; 4 attempts, then dead-lettered
-RETRY_AFTER_CAP = 1.0  # seconds: WEBHOOK_MAX_RETRY_AFTER, so a clamped hostile Retry-After costs 1 s
+RETRY_AFTER_CAP = 3.0  # seconds: WEBHOOK_MAX_RETRY_AFTER; well above a retry's pickup time, so an
+# ignored Retry-After shows (a clamped one costs 3 s, in parallel with the rest)
 
 
 def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]:
