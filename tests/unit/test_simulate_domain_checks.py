@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from onceonly_cli.receiver import ReceivedRequest
 from onceonly_cli.simulate.billing_checks import judge_due_days, judge_overdue_emails, judge_pauses
 from onceonly_cli.simulate.payment_checks import (
     PaymentFacts,
@@ -21,7 +22,6 @@ from onceonly_cli.simulate.payment_checks import (
 )
 from onceonly_cli.simulate.webhook_checks import (
     TRICKLE_GAP,
-    Request,
     judge_retry_after,
     judge_tenants,
     judge_trickle,
@@ -197,9 +197,11 @@ def test_no_multi_operation_payment_seeded_is_a_scenario_not_exercised() -> None
 
 # -- Retry-After, trickle, tenants ------------------------------------------------------
 def request(webhook_id: str, at: float, *, status: int = 200, retry_after: str | None = None,
-            trickled: bool = False, cut: bool = False, endpoint: str = "hostile", tenant: str = "t1") -> Request:
+            trickled: bool = False, cut: bool = False, endpoint: str = "hostile",
+            tenant: str = "t1") -> ReceivedRequest:
     body = json.dumps({"type": "invoice.created", "data": {"tenant_id": tenant}}).encode()
-    return Request(webhook_id, endpoint, at, at + 0.01, status, retry_after, trickled, cut, body)
+    return ReceivedRequest(webhook_id, endpoint, 1, at, "127.0.0.1", True, None, status, at + 0.01, body,
+                           retry_after, trickled, cut)
 
 
 HUGE, GARBAGE = "9" * 40, "after lunch"
@@ -236,7 +238,7 @@ def attempt(seconds: float, error: str | None = "timeout: the attempt's deadline
     return {"attempt": 1, "outcome": "failed", "error": error, "recorded": True, "seconds": seconds}
 
 
-def trickle_requests(*, cut: bool = True) -> list[Request]:
+def trickle_requests(*, cut: bool = True) -> list[ReceivedRequest]:
     return [request("msg_t", 1.0, trickled=True, cut=cut, endpoint="trickle"),
             request("msg_t", 3.0, endpoint="trickle")]
 
@@ -253,7 +255,7 @@ def test_a_trickled_answer_cut_at_the_deadline_and_retried_is_fine() -> None:
     (trickle_requests()[:1], [attempt(1.5)], "dead", 0, "not retried to success"),
 ])
 def test_a_trickled_answer_not_cut_or_not_retried_breaks_the_invariant(
-        requests: list[Request], attempts: list[dict[str, Any]], status: str, kills: int, needle: str) -> None:
+        requests: list[ReceivedRequest], attempts: list[dict[str, Any]], status: str, kills: int, needle: str) -> None:
     invariant = judge_trickle(requests, {"msg_t": attempts}, {"msg_t": status}, {"msg_t"}, kills)
     assert not invariant.ok and needle in invariant.detail, invariant.detail
 
@@ -289,7 +291,7 @@ def test_deliveries_each_to_their_own_tenant_and_a_refused_intruder_are_fine() -
      GOOD_REQUESTS, "outbox: t1's e"),
 ])
 def test_anything_crossing_tenants_breaks_the_invariant(deliveries: list[dict[str, Any]],
-                                                        outbox: list[dict[str, Any]], requests: list[Request],
+                                                        outbox: list[dict[str, Any]], requests: list[ReceivedRequest],
                                                         needle: str) -> None:
     invariant = judge_tenants(deliveries, outbox, requests, TENANT_OF, {"d3"})
     assert not invariant.ok and needle in invariant.detail, invariant.detail

@@ -95,10 +95,13 @@ class PaymentsLoad:
 
     def _seed_tenant(self, fake: Any, tenant: Tenant, neighbour: Tenant, overdue: list[SeededInvoice],
                      not_due: list[SeededInvoice]) -> int:
+        """One tenant's payments (the module docstring lists them); returns how
+        many of its overdue invoices they pay in full."""
         full_1, full_2, half, native, foreign_issuer, foreign_account = overdue
         three_ops, two_txs, mixed, cross_tenant, wrong_currency = not_due
         account, code = self.accounts[tenant.id], ASSET_CODES[tenant.currency]
-        for invoice in (full_1, full_2):
+        paid_in_full = (full_1, full_2)
+        for invoice in paid_in_full:
             self._pay(fake, invoice, [(invoice.amount_cents, code, None)], account, pays=invoice.id)
         self._pay(fake, half, [(half.amount_cents // 2, code, None)], account)
         parts = [three_ops.amount_cents // MULTI_OP_PARTS] * MULTI_OP_PARTS
@@ -121,7 +124,7 @@ class PaymentsLoad:
         self._bait(fake, foreign_account, [(foreign_account.amount_cents, code, "skipped")], random_account(),
                    recorded_for=None)
         self._add(fake, f"inv_{tenant.id}_unknown", [(1234, code, "unknown_invoice")], account, tenant.id, None)
-        return 2
+        return len(paid_in_full)
 
     def _pay(self, fake: Any, invoice: SeededInvoice, ops: list[Op], account: str,
              pays: str | None = None) -> None:

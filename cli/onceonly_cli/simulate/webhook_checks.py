@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
+from ..receiver import ReceivedRequest
 from .report import Invariant
 
 # (status, Retry-After, honoured): honoured values are valid per RFC 9110 and
@@ -45,40 +45,21 @@ SELECT o.webhook_id, o.event_id, o.tenant_id, s.tenant_id AS subscription_tenant
  WHERE o.tenant_id IS DISTINCT FROM s.tenant_id"""
 
 
-@dataclass(frozen=True)
-class Request:
-    """What the receiver saw of one request (receiver.ReceivedRequest, trimmed)."""
-
-    webhook_id: str
-    endpoint: str
-    received_at: float
-    answered_at: float | None
-    status: int | None
-    retry_after: str | None
-    trickled: bool
-    cut: bool
-    body: bytes
-
-    @property
-    def accepted(self) -> bool:
-        return self.status is not None and 200 <= self.status < 300 and not self.cut
+def requests_of(history: Iterable[ReceivedRequest], endpoints: set[str]) -> list[ReceivedRequest]:
+    """The requests of the run's endpoints that carried a webhook-id."""
+    return [r for r in history if r.webhook_id and r.endpoint in endpoints]
 
 
-def requests_of(history: Iterable[Any], endpoints: set[str]) -> list[Request]:
-    return [Request(r.webhook_id, r.endpoint, r.received_at, r.answered_at, r.status, r.retry_after, r.trickled,
-                    r.cut, r.body) for r in history if r.webhook_id and r.endpoint in endpoints]
-
-
-def _by_delivery(requests: list[Request], ids: Iterable[str]) -> dict[str, list[Request]]:
+def _by_delivery(requests: list[ReceivedRequest], ids: Iterable[str]) -> dict[str, list[ReceivedRequest]]:
     wanted = set(ids)
-    grouped: dict[str, list[Request]] = {i: [] for i in wanted}
+    grouped: dict[str, list[ReceivedRequest]] = {i: [] for i in wanted}
     for request in sorted(requests, key=lambda r: r.received_at):
         if request.webhook_id in wanted:
             grouped[request.webhook_id].append(request)
     return grouped
 
 
-def judge_retry_after(requests: list[Request], statuses: dict[str, str], retry_after_of: dict[str, str],
+def judge_retry_after(requests: list[ReceivedRequest], statuses: dict[str, str], retry_after_of: dict[str, str],
                       cap: float) -> Invariant:
     """After each hostile answer the delivery was attempted again (an unclamped
     value would park it for years), no earlier than its floor: the cap for a
@@ -105,7 +86,7 @@ def judge_retry_after(requests: list[Request], statuses: dict[str, str], retry_a
         f"floor (cap {cap:g} s), gaps {min(gaps):.2f}-{max(gaps):.2f} s" if gaps else "no hostile answer seeded"))
 
 
-def judge_trickle(requests: list[Request], attempts: dict[str, list[dict[str, Any]]], statuses: dict[str, str],
+def judge_trickle(requests: list[ReceivedRequest], attempts: dict[str, list[dict[str, Any]]], statuses: dict[str, str],
                   trickled: set[str], kills: int) -> Invariant:
     """The first answer of each trickled delivery was cut, not read whole: its
     attempt recorded the deadline's timeout and took less than the trickle
@@ -137,7 +118,7 @@ def judge_trickle(requests: list[Request], attempts: dict[str, list[dict[str, An
 
 
 def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[str, Any]],
-                  requests: list[Request], tenant_of: dict[str, str], misaddressed: set[str]) -> Invariant:
+                  requests: list[ReceivedRequest], tenant_of: dict[str, str], misaddressed: set[str]) -> Invariant:
     """No event reached another tenant's endpoint: the outbox fanned out to the
     event's tenant only, every delivery not refused is its subscription's
     tenant's, every request an endpoint got carried its own tenant's data, and
@@ -163,7 +144,7 @@ def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[s
                      f"own tenant's data; {len(misaddressed)} misaddressed events refused, never sent")
 
 
-def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Any], load: Any, cap: float,
+def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[ReceivedRequest], load: Any, cap: float,
                        kills: int) -> list[Invariant]:
     """``load``: the run's WebhookLoad (what was seeded)."""
     requests = requests_of(history, set(load.tenant_of))
