@@ -10,10 +10,8 @@ import os
 import random
 import secrets
 import time
-from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,23 +28,21 @@ from ..servers import REPO_ROOT
 from ..standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, store_keyword
 from ..stores import redact
 from ..template import schedule_expression
-from .billing_checks import billing_invariants
-from .billing_load import OVERDUE_JOB, TICKS_PER_JOB, BillingLoad, verify_ses_sender
+from .billing_load import TICKS_PER_JOB, BillingLoad, verify_ses_sender
 from .comparison import build_comparison, print_comparison
 from .drain import DrainWatch
 from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
 from .html_report import render_comparison_html, render_html
-from .loadgen import CronJob, Driver
-from .payment_checks import payment_invariants
+from .loadgen import Driver
 from .payments_load import PaymentsLoad
+from .plan import RETRY_AFTER_CAP, Plan, domain_invariants, scenarios
 from .replicas import ReplicaPool, ReplicaStartError
 from .report import build_report
 from .report_text import print_report
 from .schedule import recent_ticks
 from .sqs_bridge import SqsBridge
 from .stack import Stack, start_stack
-from .tenants import Tenant, run_tenants
-from .webhook_checks import webhook_invariants
+from .tenants import run_tenants
 from .webhook_load import WebhookLoad
 
 # The jobs simulate seeds and checks. The payment watcher also needs moto (its
@@ -59,8 +55,6 @@ POLL_EVERY = 0.5  # seconds between database checks of what is still unfinished
 CONNECT_TIMEOUT = 0.5
 CLAIM_BATCH = 2
 RETRY_SCHEDULE = "0.2,0.5,1.0"  # seconds; 4 attempts, then dead-lettered
-RETRY_AFTER_CAP = 3.0  # seconds: WEBHOOK_MAX_RETRY_AFTER; well above a retry's pickup time, so an
-# ignored Retry-After shows (a clamped one costs 3 s, in parallel with the rest)
 
 
 def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]:
@@ -103,20 +97,6 @@ def replica_env(stack: Stack, specs: dict[str, Any], extra: dict[str, str]) -> d
     env["AWS_ENDPOINT_URL_SES"] = env["AWS_ENDPOINT_URL_SQS"] = stack.aws_endpoint
     env.update(extra)
     return env
-
-
-@dataclass
-class Plan:
-    """What a run feeds and later judges, seeded before the replicas start."""
-
-    tenants: list[Tenant]
-    webhooks: WebhookLoad
-    billing: BillingLoad
-    payments: PaymentsLoad | None  # None when the template has no payment watcher
-    bridge: SqsBridge | None  # the watcher's SQS queue, drained into the dispatcher
-    messages: list[Any]
-    retry_queue: str
-    cron_jobs: list[CronJob]
 
 
 def simulate_command(args: argparse.Namespace) -> int:
@@ -210,31 +190,6 @@ def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: st
     return Plan(tenants, webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
 
 
-def domain_invariants(conn: psycopg.Connection[Any], stack: Stack, plan: Plan, kills: int) -> list[Any]:
-    """The seeded scenarios, judged from the database and the receiver."""
-    judged = webhook_invariants(conn, stack.receiver.history(), plan.webhooks, RETRY_AFTER_CAP, kills)
-    if plan.payments:
-        judged += payment_invariants(conn, plan.payments.payments, plan.payments.baits, plan.payments.accepted)
-    billing = plan.billing
-    last_overdue = billing.ticks[OVERDUE_JOB][-1] if OVERDUE_JOB in billing.jobs.values() else None
-    return judged + billing_invariants(conn, last_overdue, sum(1 for i in billing.invoices if i.kind == "due today"))
-
-
-def scenarios(plan: Plan) -> dict[str, Any]:
-    """What was seeded for the domain invariants, for the report."""
-    unmatched = Counter(p.reason for p in plan.payments.payments if p.reason) if plan.payments else Counter()
-    return {
-        "tenants": [{"id": t.id, "time_zone": t.time_zone, "currency": t.currency,
-                     "subscriptions": len(plan.webhooks.subscriptions_by_tenant()[t.id])} for t in plan.tenants],
-        "hostile_retry_after": sorted(plan.webhooks.retry_after_of.values()),
-        "trickled_deliveries": len(plan.webhooks.trickled),
-        "misaddressed_events": len(plan.webhooks.misaddressed),
-        "payments_not_credited": dict(sorted(unmatched.items())),
-        "multi_operation_transactions": len({p.transaction_hash for p in plan.payments.payments if p.operations > 1})
-        if plan.payments else 0,
-    }
-
-
 def _write(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
@@ -316,5 +271,5 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         effects=plan.billing.effects(conn), payments=plan.payments.effects(conn) if plan.payments else None,
         paid_ids=plan.payments.expected_deliveries() if plan.payments else set(),
         invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,
-        drain_detail=watch.detail(), domain=domain_invariants(conn, stack, plan, pool.kills),
+        drain_detail=watch.detail(), domain=domain_invariants(conn, stack.receiver, plan, pool.kills),
         scenarios=scenarios(plan))
