@@ -114,13 +114,14 @@ def test_the_tenant_invariant_reads_deliveries_and_the_outbox(conn: psycopg.Conn
                   VALUES (%s, %s, %s, 'invoice.paid', '{}', %s, %s)"""
     conn.execute(delivery, ("d1", "a", "e1", "succeeded", "t1"))
     conn.execute(delivery, ("d2", "b", "e2", "dead", "t1"))  # misaddressed, refused
-    load = SimpleNamespace(tenant_of={"a": "t1", "b": "t2"}, misaddressed={"d2"}, retry_after_of={}, trickled=set())
-    assert webhook_invariants(conn, [], load, 1.0, 0)[0].ok
+    load = SimpleNamespace(tenant_of={"a": "t1", "b": "t2"}, misaddressed={"d2"}, retry_after_of={}, trickled=set(),
+                           scheduled={})
+    assert webhook_invariants(conn, [], load, 1.0, 1.0, 0)[0].ok
 
     conn.execute(delivery, ("d3", "b", "e3", "succeeded", "t1"))
     conn.execute("""INSERT INTO webhook_outbox (event_id, webhook_id, event_type, tenant_id, payload)
                     VALUES ('e4', 'a', 'invoice.paid', 't2', '{}')""")
-    tenants = webhook_invariants(conn, [], load, 1.0, 0)[0]
+    tenants = webhook_invariants(conn, [], load, 1.0, 1.0, 0)[0]
     assert tenants.name == "no cross-tenant delivery" and not tenants.ok
     assert "d3: t1's event, succeeded to t2's b" in tenants.detail and "outbox: t2's e4" in tenants.detail
 

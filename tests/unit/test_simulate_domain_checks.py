@@ -207,19 +207,26 @@ def request(webhook_id: str, at: float, *, status: int = 200, retry_after: str |
 HUGE, GARBAGE = "9" * 40, "after lunch"
 HOSTILE = {"msg_huge": HUGE, "msg_garbage": GARBAGE}
 SUCCEEDED = {"msg_huge": "succeeded", "msg_garbage": "succeeded"}
+LONGEST = 0.5  # the retry schedule's longest ceiling
+GOOD_HOSTILE = [request("msg_huge", 10.0, status=429, retry_after=HUGE), request("msg_huge", 11.2),
+                request("msg_garbage", 10.0, status=503, retry_after=GARBAGE), request("msg_garbage", 10.1)]
 
 
 def test_hostile_retry_after_values_retried_within_their_floors_are_fine() -> None:
-    seen = [request("msg_huge", 10.0, status=429, retry_after=HUGE), request("msg_huge", 11.2),
-            request("msg_garbage", 10.0, status=503, retry_after=GARBAGE), request("msg_garbage", 10.1)]
-    invariant = judge_retry_after(seen, SUCCEEDED, HOSTILE, cap=1.0)
-    assert invariant.ok, invariant.detail
+    invariant = judge_retry_after(GOOD_HOSTILE, SUCCEEDED, HOSTILE, 1.0, {"msg_huge": 0.98}, LONGEST)
+    assert invariant.ok and "up to 0.98 s" in invariant.detail, invariant.detail
+
+
+def test_a_retry_scheduled_beyond_the_cap_breaks_the_invariant() -> None:
+    """The sender parked it years ahead: seen while the delivery waited, before any run could end."""
+    invariant = judge_retry_after(GOOD_HOSTILE, SUCCEEDED, HOSTILE, 1.0, {"msg_huge": 3e9}, LONGEST)
+    assert not invariant.ok and "scheduled 3000000000 s ahead, beyond the 1 s" in invariant.detail
 
 
 def test_a_valid_huge_retry_after_retried_before_the_cap_breaks_the_invariant() -> None:
     seen = [request("msg_huge", 10.0, status=429, retry_after=HUGE), request("msg_huge", 10.3),
             request("msg_garbage", 10.0, status=503, retry_after=GARBAGE), request("msg_garbage", 10.1)]
-    invariant = judge_retry_after(seen, SUCCEEDED, HOSTILE, cap=1.0)
+    invariant = judge_retry_after(seen, SUCCEEDED, HOSTILE, 1.0, {}, LONGEST)
     assert not invariant.ok and "before its floor of 1 s" in invariant.detail
 
 
@@ -230,7 +237,7 @@ def test_a_delivery_parked_by_its_retry_after_breaks_the_invariant(retried: bool
             request("msg_garbage", 10.0, status=503, retry_after=GARBAGE), request("msg_garbage", 10.1)]
     seen += [request("msg_huge", 11.5, status=500)] if retried else []
     invariant = judge_retry_after(seen, {**SUCCEEDED, "msg_huge": "dead" if retried else "retrying"}, HOSTILE,
-                                  cap=1.0)
+                                  1.0, {}, LONGEST)
     assert not invariant.ok and "parked" in invariant.detail
 
 

@@ -35,7 +35,7 @@ from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
 from .html_report import render_comparison_html, render_html
 from .loadgen import Driver
 from .payments_load import PaymentsLoad
-from .plan import RETRY_AFTER_CAP, Plan, domain_invariants, scenarios
+from .plan import RETRY_AFTER_CAP, RETRY_SCHEDULE, Plan, domain_invariants, scenarios
 from .replicas import ReplicaPool, ReplicaStartError
 from .report import build_report
 from .report_text import print_report
@@ -54,7 +54,6 @@ INVARIANT_BROKEN = 3
 POLL_EVERY = 0.5  # seconds between database checks of what is still unfinished
 CONNECT_TIMEOUT = 0.5
 CLAIM_BATCH = 2
-RETRY_SCHEDULE = "0.2,0.5,1.0"  # seconds; 4 attempts, then dead-lettered
 
 
 def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]:
@@ -69,7 +68,7 @@ def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]
         "WEBHOOK_CLAIM_BATCH": str(CLAIM_BATCH),
         "WEBHOOK_ATTEMPT_LEASE": str(lease),
         "WEBHOOK_DEADLINE_MARGIN": "1",
-        "WEBHOOK_RETRY_SCHEDULE": RETRY_SCHEDULE,
+        "WEBHOOK_RETRY_SCHEDULE": ",".join(map(str, RETRY_SCHEDULE)),
         "WEBHOOK_MAX_RETRY_AFTER": str(RETRY_AFTER_CAP),
         "WEBHOOK_QUEUE": queue_name,
     }
@@ -247,6 +246,7 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         relayed = load.relay(plan.bridge.take()) if plan.bridge else []
         driver.enqueue(relayed)
         unfinished, total, attempts = load.unfinished(conn)
+        load.sample_retry_schedules(conn)
         # Read on every poll, not only at the end: a store that died mid-run
         # stops the run here at once (one line, exit 1; see main.py).
         retry_depth = retry_queue.depth().total

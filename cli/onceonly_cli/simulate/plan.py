@@ -21,6 +21,7 @@ from .tenants import Tenant
 from .webhook_checks import webhook_invariants
 from .webhook_load import WebhookLoad
 
+RETRY_SCHEDULE = (0.2, 0.5, 1.0)  # seconds (WEBHOOK_RETRY_SCHEDULE); 4 attempts, then dead-lettered
 RETRY_AFTER_CAP = 3.0  # seconds: WEBHOOK_MAX_RETRY_AFTER; well above a retry's pickup time, so an
 # ignored Retry-After shows (a clamped one costs 3 s, in parallel with the rest)
 
@@ -41,7 +42,7 @@ class Plan:
 
 def domain_invariants(conn: psycopg.Connection[Any], receiver: Any, plan: Plan, kills: int) -> list[Invariant]:
     """The seeded scenarios, judged from the database and the receiver."""
-    judged = webhook_invariants(conn, receiver.history(), plan.webhooks, RETRY_AFTER_CAP, kills)
+    judged = webhook_invariants(conn, receiver.history(), plan.webhooks, RETRY_AFTER_CAP, max(RETRY_SCHEDULE), kills)
     if plan.payments:
         judged += payment_invariants(conn, plan.payments.payments, plan.payments.baits, plan.payments.accepted)
     billing = plan.billing

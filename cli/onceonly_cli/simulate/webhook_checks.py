@@ -60,12 +60,19 @@ def _by_delivery(requests: list[ReceivedRequest], ids: Iterable[str]) -> dict[st
 
 
 def judge_retry_after(requests: list[ReceivedRequest], statuses: dict[str, str], retry_after_of: dict[str, str],
-                      cap: float) -> Invariant:
+                      cap: float, scheduled: dict[str, float], longest: float) -> Invariant:
     """After each hostile answer the delivery was attempted again (an unclamped
     value would park it for years), no earlier than its floor: the cap for a
-    valid value above it, nothing for an invalid one (the schedule decides)."""
+    valid value above it, nothing for an invalid one (the schedule decides).
+    ``scheduled``: the delays the sender scheduled, as sampled while the
+    deliveries waited; none may exceed the cap or the schedule's ``longest``."""
     honoured = {value: ok for _, value, ok in HOSTILE_RETRY_AFTER}
+    bound = max(cap, longest)
     bad, gaps = [], []
+    for delivery_id, delay in scheduled.items():
+        if delay > bound + TOLERANCE:
+            bad.append(f"{retry_after_of.get(delivery_id)!r}: next attempt scheduled {delay:.0f} s ahead, beyond the "
+                       f"{bound:g} s the policy allows")
     for delivery_id, seen in _by_delivery(requests, retry_after_of).items():
         value = retry_after_of[delivery_id]
         hostile = next((k for k, r in enumerate(seen) if r.retry_after == value), None)
@@ -81,9 +88,11 @@ def judge_retry_after(requests: list[ReceivedRequest], statuses: dict[str, str],
         gaps.append(gap)
         if gap < floor - TOLERANCE:
             bad.append(f"{value!r}: retried after {gap:.2f} s, before its floor of {floor:g} s")
+    sampled = f"; scheduled delays seen up to {max(scheduled.values()):.2f} s (bound {bound:g} s)" if scheduled else ""
     return Invariant("hostile Retry-After clamped", bool(retry_after_of) and not bad, "; ".join(bad[:5]) or (
         f"{len(gaps)} hostile values (huge, negative, far-future date, garbage): each retried, none before its "
-        f"floor (cap {cap:g} s), gaps {min(gaps):.2f}-{max(gaps):.2f} s" if gaps else "no hostile answer seeded"))
+        f"floor (cap {cap:g} s), gaps {min(gaps):.2f}-{max(gaps):.2f} s{sampled}" if gaps
+        else "no hostile answer seeded"))
 
 
 def judge_trickle(requests: list[ReceivedRequest], attempts: dict[str, list[dict[str, Any]]], statuses: dict[str, str],
@@ -145,8 +154,10 @@ def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[s
 
 
 def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[ReceivedRequest], load: Any, cap: float,
-                       kills: int) -> list[Invariant]:
-    """``load``: the run's WebhookLoad (what was seeded)."""
+                       longest: float, kills: int) -> list[Invariant]:
+    """``load``: the run's WebhookLoad (what was seeded, and the retry delays it
+    sampled); ``cap``: WEBHOOK_MAX_RETRY_AFTER; ``longest``: the retry
+    schedule's longest ceiling."""
     requests = requests_of(history, set(load.tenant_of))
     with conn.cursor(row_factory=dict_row) as cur:
         deliveries = [d for d in cur.execute(DELIVERIES) if d["webhook_id"] in load.tenant_of]
@@ -156,5 +167,5 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
             attempts.setdefault(row["delivery_id"], []).append(row)
     statuses = {d["id"]: d["status"] for d in deliveries}
     return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed),
-            judge_retry_after(requests, statuses, load.retry_after_of, cap),
+            judge_retry_after(requests, statuses, load.retry_after_of, cap, load.scheduled, longest),
             judge_trickle(requests, attempts, statuses, load.trickled, kills)]

@@ -42,6 +42,11 @@ SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*),
        (SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
          WHERE d.webhook_id = ANY(%(ids)s))
   FROM webhook_deliveries WHERE webhook_id = ANY(%(ids)s)"""
+# When the sender scheduled the next attempt of a retrying delivery, as a delay
+# from its outcome (both stamped by the database in the outcome's statement).
+RETRY_SCHEDULED = """
+SELECT id, extract(epoch FROM next_attempt_at - updated_at)::float8 FROM webhook_deliveries
+ WHERE id = ANY(%s) AND status = 'retrying'"""
 # Outcome writes the fence refused: a holder that outlived its claim.
 FENCED_ATTEMPTS = """
 SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
@@ -65,6 +70,7 @@ class WebhookLoad:
     expected: set[str] = field(default_factory=set)  # delivery ids the events must produce
     generated: set[str] = field(default_factory=set)  # of those, the ones fed as generated events
     retry_after_of: dict[str, str] = field(default_factory=dict)  # hostile delivery id -> its Retry-After
+    scheduled: dict[str, float] = field(default_factory=dict)  # hostile delivery id -> the longest delay seen
     trickled: set[str] = field(default_factory=set)  # delivery ids whose first answer trickles
     misaddressed: set[str] = field(default_factory=set)  # delivery ids that must be refused, never sent
     message_delivery: dict[str, str] = field(default_factory=dict)  # SQS message id -> delivery id
@@ -203,6 +209,14 @@ class WebhookLoad:
         row = conn.execute(UNFINISHED_DELIVERIES, {"ids": self.subscription_ids}).fetchone()
         assert row is not None
         return int(row[0]), int(row[1]), int(row[2])
+
+    def sample_retry_schedules(self, conn: psycopg.Connection[Any]) -> None:
+        """Note the delay the sender scheduled for each hostile delivery waiting
+        for its retry. Only the last one is kept in the database, so it is read
+        while the delivery waits: the clamped ones wait the cap (seconds), far
+        longer than one poll."""
+        for delivery_id, delay in conn.execute(RETRY_SCHEDULED, (list(self.retry_after_of),)):
+            self.scheduled[delivery_id] = max(float(delay), self.scheduled.get(delivery_id, 0.0))
 
     def facts(self, conn: psycopg.Connection[Any], receiver: Any, messages_sent: int,
               sqs_dead_letters: int) -> DeliveryFacts:
