@@ -7,7 +7,8 @@ Each tenant has a receiving account of its own. Per tenant the API holds:
 - credited payments: overdue invoices paid in full (late) or in half (partial),
   an invoice paid in two transactions, one paid by ONE transaction of three
   payment operations, and one by a transaction that also carries an operation
-  in an asset nobody accepts (that operation alone is unmatched);
+  in an asset code nobody accepts, from the right issuer (that operation alone
+  is unmatched);
 - payments that must not be credited, each aimed at an invoice of its own that
   must stay unpaid: the native asset, the right code from another issuer, the
   other currency's accepted asset, a memo naming another tenant's invoice (paid
@@ -109,8 +110,9 @@ class PaymentsLoad:
         first_half = two_txs.amount_cents // 2
         self._pay(fake, two_txs, [(first_half, code, None)], account)
         self._pay(fake, two_txs, [(two_txs.amount_cents - first_half, code, None)], account, pays=two_txs.id)
-        self._pay(fake, mixed, [(mixed.amount_cents, code, None), (mixed.amount_cents, None, "asset_not_accepted")],
-                  account, pays=mixed.id)
+        # The second operation: our issuer, a code nobody accepts.
+        self._pay(fake, mixed, [(mixed.amount_cents, code, None), (mixed.amount_cents, f"{code}X",
+                                                                    "asset_not_accepted")], account, pays=mixed.id)
         # Each of these must leave its invoice unpaid.
         self._bait(fake, native, [(native.amount_cents, None, "asset_not_accepted")], account, tenant.id)
         self._bait(fake, foreign_issuer, [(foreign_issuer.amount_cents, f"{code}:{random_account()}",
