@@ -232,12 +232,13 @@ def test_a_valid_huge_retry_after_retried_before_the_cap_breaks_the_invariant() 
 
 @pytest.mark.parametrize("retried", [False, True])
 def test_a_delivery_parked_by_its_retry_after_breaks_the_invariant(retried: bool) -> None:
-    """No request after the hostile answer; or one, and yet the delivery did not end well."""
+    """No request after the hostile answer (whatever the database says); or one,
+    and yet the delivery is still waiting."""
     seen = [request("msg_huge", 10.0, status=429, retry_after=HUGE),
             request("msg_garbage", 10.0, status=503, retry_after=GARBAGE), request("msg_garbage", 10.1)]
     seen += [request("msg_huge", 11.5, status=500)] if retried else []
-    invariant = judge_retry_after(seen, {**SUCCEEDED, "msg_huge": "dead" if retried else "retrying"}, HOSTILE,
-                                  1.0, {}, LONGEST)
+    statuses = {**SUCCEEDED, "msg_huge": "retrying" if retried else "succeeded"}
+    invariant = judge_retry_after(seen, statuses, HOSTILE, 1.0, {}, LONGEST)
     assert not invariant.ok and "parked" in invariant.detail
 
 

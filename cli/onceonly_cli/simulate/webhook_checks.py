@@ -81,8 +81,8 @@ def judge_retry_after(requests: list[ReceivedRequest], statuses: dict[str, str],
             continue
         answered = seen[hostile].answered_at or seen[hostile].received_at
         later = seen[hostile + 1:]
-        if not later or statuses.get(delivery_id) != "succeeded":
-            bad.append(f"{value!r}: no attempt after it ({statuses.get(delivery_id)}): parked")
+        if not later or statuses.get(delivery_id) not in ("succeeded", "dead"):
+            bad.append(f"{value!r}: no attempt after it, or unfinished ({statuses.get(delivery_id)}): parked")
             continue
         gap, floor = later[0].received_at - answered, cap if honoured.get(value, False) else 0.0
         gaps.append(gap)
