@@ -61,6 +61,7 @@ class ReceivedRequest:
     status: int | None = None  # None while the answer is pending
     answered_at: float | None = None
     body: bytes = field(default=b"", repr=False)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # as received (Standard Webhooks' three)
 
 
 @dataclass
@@ -179,7 +180,7 @@ class WebhookReceiver:
                 self._counts[webhook_id] += 1
                 nth = self._counts[webhook_id]
             record = ReceivedRequest(webhook_id, name, nth, time.time(), request.headers.get("Host"),
-                                     verified, error, body=body)
+                                     verified, error, body=body, headers=headers)
             self.requests.append(record)
             if endpoint is None:
                 reply = Reply(404)
