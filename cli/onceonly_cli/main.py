@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default 300)")
     sim.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     sim.add_argument("--report", type=Path, metavar="FILE.html", help="also write an HTML report with charts")
+    sim.add_argument("--log-dir", type=Path, metavar="DIR",
+                     help="keep the replicas' logs in DIR (default: a temporary folder, removed at the end)")
+    sim.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                     help="the functions' POWERTOOLS_LOG_LEVEL (default WARNING)")
 
     inv = commands.add_parser("invoke", help="run one function of template.yaml locally, without Docker")
     inv.add_argument("function", metavar="FUNCTION_LOGICAL_ID")
