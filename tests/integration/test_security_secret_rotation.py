@@ -20,6 +20,7 @@ from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
 from onceonly_app.webhooks.rotation import MAX_PREVIOUS, UnknownSubscriptionError, rotate_secret
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import ReceivedRequest, WebhookReceiver
+from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.webhooks import context, create_subscription, lambda_env, message, new_id, sqs_event, webhook_env
 
 pytest_plugins = ("tests.support.webhook_fixtures", "tests.support.jobs_fixtures")
@@ -95,3 +96,18 @@ def test_rotations_keep_each_replaced_secret_for_its_own_overlap_and_at_most_a_f
 def test_rotating_an_unknown_subscription_is_an_error(repo: Any) -> None:
     with pytest.raises(UnknownSubscriptionError):
         rotate_secret(repo, new_id("no-such-webhook"))
+
+
+def test_the_rotate_secret_command_prints_the_new_secret_and_keeps_the_old_one(webhook_db: str) -> None:
+    old = new_secret()
+    webhook_id = create_subscription(webhook_db, "https://hooks.example.com/cli", old)
+    result = run_cli("rotate-secret", webhook_id, "--database", webhook_db, "--overlap", "600")
+    assert result.returncode == 0, result.stderr
+    new = result.stdout.strip()
+    assert new.startswith("whsec_") and new != old and new not in result.stderr
+    with psycopg.connect(webhook_db) as conn:
+        secret, previous = conn.execute(
+            "SELECT secret, previous_secrets FROM webhook_subscriptions WHERE id = %s", (webhook_id,)).fetchone()
+    assert (secret, [p["secret"] for p in previous]) == (new, [old])
+    unknown = run_cli("rotate-secret", new_id("no-such-webhook"), "--database", webhook_db)
+    assert unknown.returncode == 1 and "unknown webhook_id" in one_line_error(unknown)
