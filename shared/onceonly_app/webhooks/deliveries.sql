@@ -100,8 +100,7 @@ RETURNING recorded, attempt;
 -- previous secrets at most). Out: the row's id, or NO row for an unknown
 -- subscription. The replaced secret stays valid for `overlap` seconds (an
 -- overlap of 0 retires it at once); secrets past their overlap are dropped
--- here. One statement: two rotations at once serialise on the row, and neither
--- loses the other's secret.
+-- here. One statement on the row: a rotation running meanwhile waits for its lock.
 UPDATE webhook_subscriptions
    SET previous_secrets = (
            SELECT coalesce(jsonb_agg(p ORDER BY (p ->> 'until')::float8 DESC), '[]')
