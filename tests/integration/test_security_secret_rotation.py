@@ -6,7 +6,9 @@ only the new secret verifies."""
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,6 +22,7 @@ from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
 from onceonly_app.webhooks.rotation import MAX_PREVIOUS, UnknownSubscriptionError, rotate_secret
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import ReceivedRequest, WebhookReceiver
+from tests.concurrency.race import BARRIER_TIMEOUT, History, run_workers
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.webhooks import context, create_subscription, lambda_env, message, new_id, sqs_event, webhook_env
 
@@ -111,3 +114,59 @@ def test_the_rotate_secret_command_prints_the_new_secret_and_keeps_the_old_one(w
     assert (secret, [p["secret"] for p in previous]) == (new, [old])
     unknown = run_cli("rotate-secret", new_id("no-such-webhook"), "--database", webhook_db)
     assert unknown.returncode == 1 and "unknown webhook_id" in one_line_error(unknown)
+
+
+# -- two rotations at once --------------------------------------------------------------------------------
+
+RACE_APP = "onceonly-rotate-race"
+
+
+def rotating_worker(n: int, barrier: Any, history_path: Path, db_url: str, webhook_id: str,
+                    secrets: list[str]) -> None:
+    """One operator's rotation to ``secrets[n]``, in its own process and
+    connection (opened before the barrier)."""
+    history, secret = History(history_path), secrets[n]
+    with ConnectionPool(db_url, min_size=1, max_size=1, open=True,
+                        kwargs={"application_name": RACE_APP}) as pool:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+        barrier.wait(timeout=BARRIER_TIMEOUT)
+        rotated = DeliveryRepository(pool).rotate_secret(webhook_id, secret, 3600, MAX_PREVIOUS)
+    history.write(worker=n, rotated=rotated, secret=secret)
+    history.close()
+
+
+def hold_row_until_waited_on(db_url: str, webhook_id: str, waiters: int, seen: dict[str, int]) -> None:
+    """Lock the subscription's row until ``waiters`` rotations are blocked on it
+    at the same moment: then they surely overlap, whatever the scheduler does."""
+    with psycopg.connect(db_url) as conn, psycopg.connect(db_url, autocommit=True) as watch:
+        conn.execute("SELECT 1 FROM webhook_subscriptions WHERE id = %s FOR UPDATE", (webhook_id,))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            (blocked,) = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                                       " AND wait_event_type = 'Lock'", (RACE_APP,)).fetchone()
+            seen["most_blocked"] = max(seen.get("most_blocked", 0), blocked)
+            if blocked >= waiters:
+                break
+            time.sleep(0.05)
+    # leaving the block commits: the waiting rotations go on, one after the other
+
+
+@pytest.mark.concurrency
+def test_two_rotations_at_once_lose_no_secret(webhook_db: str, tmp_path: Path) -> None:
+    original = new_secret()
+    webhook_id = create_subscription(webhook_db, "https://hooks.example.com/race", original)
+    mine = [new_secret(), new_secret()]
+    seen: dict[str, int] = {}
+    holder = threading.Thread(target=hold_row_until_waited_on, args=(webhook_db, webhook_id, 2, seen))
+    holder.start()
+    events = run_workers(rotating_worker, 2, tmp_path / "history", webhook_db, webhook_id, mine,
+                         won=lambda e: e["rotated"])
+    holder.join(130)
+    assert seen.get("most_blocked") == 2, seen  # both rotations waited on the row at the same moment
+    assert sorted(e["secret"] for e in events if e["rotated"]) == sorted(mine)
+    with psycopg.connect(webhook_db) as conn:
+        secret, previous = conn.execute(
+            "SELECT secret, previous_secrets FROM webhook_subscriptions WHERE id = %s", (webhook_id,)).fetchone()
+    assert secret in mine
+    assert {p["secret"] for p in previous} == {original, *mine} - {secret}

@@ -100,7 +100,9 @@ RETURNING recorded, attempt;
 -- previous secrets at most). Out: the row's id, or NO row for an unknown
 -- subscription. The replaced secret stays valid for `overlap` seconds (an
 -- overlap of 0 retires it at once); secrets past their overlap are dropped
--- here. One statement on the row: a rotation running meanwhile waits for its lock.
+-- here. One statement on the row: a rotation running meanwhile waits for its
+-- lock, then re-reads the row (READ COMMITTED re-check), so neither loses the
+-- other's secret. Read-then-write in two statements would lose one.
 UPDATE webhook_subscriptions
    SET previous_secrets = (
            SELECT coalesce(jsonb_agg(p ORDER BY (p ->> 'until')::float8 DESC), '[]')
