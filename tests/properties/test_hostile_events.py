@@ -129,7 +129,7 @@ def mixed_batches(draw: st.DrawFn, webhook_id: str) -> tuple[list[dict[str, Any]
 def _is_good(record: dict[str, Any], good: dict[str, Any]) -> bool:
     try:
         return json.loads(record["body"])["event_id"] in good
-    except (TypeError, ValueError, KeyError):
+    except (TypeError, ValueError, KeyError, RecursionError):
         return False
 
 

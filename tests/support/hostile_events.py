@@ -64,7 +64,7 @@ def bad_message_bodies(draw: st.DrawFn, webhook_id: str, tenant_id: str) -> Any:
              "event_type": "invoice.paid", "payload": {"n": 1}}
     kind = draw(st.sampled_from(["not_json", "not_object", "missing", "wrong_type", "empty_id", "huge_id",
                                  "bad_time", "bad_sequence", "nul_id", "surrogate", "null_payload",
-                                 "unknown_webhook", "raw_type"]))
+                                 "unknown_webhook", "raw_type", "huge_number", "deep"]))
     if kind == "not_json":
         return draw(st.one_of(st.text(max_size=60).filter(_not_json), st.sampled_from(["", "  ", "{", "[1,", "nan"])))
     if kind == "not_object":
@@ -100,6 +100,13 @@ def bad_message_bodies(draw: st.DrawFn, webhook_id: str, tenant_id: str) -> Any:
     if kind == "unknown_webhook":
         return json.dumps({**valid, "webhook_id": "no-such-" + draw(ODD_TEXT.filter(lambda s: "\x00" not in s))
                            .encode("utf-8", "replace").decode("utf-8")})
+    if kind == "huge_number":  # more digits than Python converts (sys.get_int_max_str_digits)
+        field = draw(st.sampled_from(["sequence", "payload"]))
+        return json.dumps({**valid, field: 0}).replace(f'"{field}": 0', f'"{field}": ' + "7" * draw(
+            st.integers(4301, 20000)))
+    if kind == "deep":  # nested deeper than the JSON parser's recursion allows
+        depth = draw(st.integers(20_000, 60_000))
+        return json.dumps(valid)[:-1] + ', "payload2": ' + "[" * depth + "]" * depth + "}"
     # raw_type: the record's body is not a string at all
     return draw(st.one_of(st.integers(), st.lists(st.integers(), max_size=2), st.dictionaries(
         st.text(max_size=3), st.integers(), max_size=2), st.booleans()))

@@ -41,9 +41,11 @@ def parse_message(body: Any) -> DeliveryRequest:
         raise MalformedMessageError("empty message body")
     if not isinstance(body, str | bytes):
         raise MalformedMessageError(f"body must be a string, got {type(body).__name__}")
+    # ValueError: JSONDecodeError, UnicodeDecodeError, and a number of more digits
+    # than int() takes (sys.get_int_max_str_digits); RecursionError: nested too deep.
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
+    except (ValueError, RecursionError) as exc:
         raise MalformedMessageError(f"body is not JSON: {exc.__class__.__name__} at position "
                                     f"{getattr(exc, 'pos', '?')}") from exc
     if not isinstance(data, dict):
