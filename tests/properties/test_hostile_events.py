@@ -18,9 +18,11 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import logging
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -41,6 +43,7 @@ from onceonly_cli.receiver import WebhookReceiver
 from tests.support import REPO_ROOT
 from tests.support.cfn_response import ResponseUrl
 from tests.support.hostile_events import (
+    BAD_PAYLOAD_MARKER,
     MAX_EXAMPLES,
     WRONG_TYPES,
     bad_message_bodies,
@@ -84,10 +87,29 @@ def fresh_clients() -> Iterator[None]:
 @pytest.fixture
 def webhook_handlers(webhook_db: str, postgres_url: str, monkeypatch: pytest.MonkeyPatch,
                      fresh_clients: None) -> tuple[Any, Any]:
-    for key, value in webhook_env(webhook_db, postgres_url).items():
+    for key, value in webhook_env(webhook_db, postgres_url, POWERTOOLS_LOG_LEVEL="DEBUG").items():
         monkeypatch.setenv(key, value)
     onceonly.connect(postgres_url).setup()
     return load("webhook_dispatch"), load("webhook_retry")
+
+
+@contextmanager
+def dispatcher_log() -> Iterator[list[str]]:
+    """Every line the dispatcher's Powertools logger writes, formatted as it prints them."""
+    logger = logging.getLogger("webhook-dispatch")
+    formatter = logger.handlers[0].formatter
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(formatter.format(record) if formatter else record.getMessage())
+
+    collect = Collect()
+    logger.addHandler(collect)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(collect)
 
 
 def dispatch_processor() -> Any:
@@ -155,7 +177,13 @@ def test_bad_sqs_records_fail_alone_and_good_ones_beside_them_are_delivered(
             (received,) = [r for r in receiver.history(delivery_id) if r.status == 200]
             assert received.verified and json.loads(received.body)["data"] == payload
 
-    check()
+    with dispatcher_log() as lines:
+        check()
+    # The reasons name fields, never contents: no payload, good or bad, and no secret in any line.
+    assert any('"malformed record rejected"' in line for line in lines)
+    assert any('"attempt recorded"' in line for line in lines)
+    leaked = [line[:200] for line in lines if BAD_PAYLOAD_MARKER in line or '"marker"' in line or "whsec_" in line]
+    assert leaked == []
 
 
 @pytest.mark.parametrize("event", [

@@ -19,6 +19,7 @@ from . import REPO_ROOT
 
 EVENTS_DIR = REPO_ROOT / "events"
 MAX_EXAMPLES = 40  # per handler: CI stays in seconds
+BAD_PAYLOAD_MARKER = "hostile-payload-marker"  # in the payload of every bad body that has one: never logged
 
 # Strings that break naive code: NUL (PostgreSQL text refuses it), a lone
 # surrogate (not encodable as UTF-8), right-to-left marks, emoji, long runs.
@@ -61,7 +62,7 @@ def _not_json(text: str) -> bool:
 def bad_message_bodies(draw: st.DrawFn, webhook_id: str, tenant_id: str) -> Any:
     """A dispatch message body that no handler may accept."""
     valid = {"webhook_id": webhook_id, "tenant_id": tenant_id, "event_id": f"evt-{uuid.uuid4().hex}",
-             "event_type": "invoice.paid", "payload": {"n": 1}}
+             "event_type": "invoice.paid", "payload": {"n": 1, "marker": BAD_PAYLOAD_MARKER}}
     kind = draw(st.sampled_from(["not_json", "not_object", "missing", "wrong_type", "empty_id", "huge_id",
                                  "bad_time", "bad_sequence", "nul_id", "surrogate", "null_payload",
                                  "unknown_webhook", "raw_type", "huge_number", "deep"]))
