@@ -1,4 +1,4 @@
-"""The `onceonly` command line: simulate, invoke, status, prune, redrive, migrate.
+"""The `onceonly` command line: simulate, invoke, status, prune, redrive, rotate-secret, migrate.
 
 Every user-facing failure is one line on stderr and a non-zero exit code;
 tracebacks are for bugs only."""
@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default 300)")
     sim.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     sim.add_argument("--report", type=Path, metavar="FILE.html", help="also write an HTML report with charts")
+    sim.add_argument("--log-dir", type=Path, metavar="DIR",
+                     help="keep the replicas' logs in DIR (default: a temporary folder, removed at the end)")
+    sim.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                     help="the functions' POWERTOOLS_LOG_LEVEL (default WARNING)")
 
     inv = commands.add_parser("invoke", help="run one function of template.yaml locally, without Docker")
     inv.add_argument("function", metavar="FUNCTION_LOGICAL_ID")
@@ -94,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     which = redrive.add_mutually_exclusive_group(required=True)
     which.add_argument("--delivery", metavar="ID", action="append", help="a dead delivery's id (repeatable)")
     which.add_argument("--all", action="store_true", help="every dead delivery")
+
+    rotate = commands.add_parser("rotate-secret", help="give a webhook subscription a new signing secret; "
+                                                       "the old one keeps signing beside it for the overlap")
+    rotate.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    rotate.add_argument("--database", metavar="URL",
+                        help="domain PostgreSQL URL (default: $DATABASE_URL, else a local PostgreSQL)")
+    rotate.add_argument("--overlap", type=_non_negative_float, default=None, metavar="SECONDS",
+                        help="how long the old secret still signs (default 86400: a day)")
 
     migrate = commands.add_parser("migrate", help="apply the domain migrations and the store's setup (idempotent)")
     migrate.add_argument("--database", metavar="URL",
@@ -147,6 +159,10 @@ def _run(args: argparse.Namespace) -> int:
         from .redrive_command import redrive_command
 
         return redrive_command(args)
+    if args.command == "rotate-secret":
+        from .rotate_command import rotate_secret_command
+
+        return rotate_secret_command(args)
     if args.command == "prune":
         from .prune_command import prune_command
 

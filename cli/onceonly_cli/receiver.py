@@ -64,6 +64,7 @@ class ReceivedRequest:
     retry_after: str | None = None  # the Retry-After header sent with the answer
     trickled: bool = False  # the answer was sent a byte at a time
     cut: bool = False  # the sender hung up before the whole answer was written: it never read it
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # as received (Standard Webhooks' three)
 
     @property
     def accepted(self) -> bool:
@@ -186,7 +187,7 @@ class WebhookReceiver:
                 self._counts[webhook_id] += 1
                 nth = self._counts[webhook_id]
             record = ReceivedRequest(webhook_id, name, nth, time.time(), request.headers.get("Host"),
-                                     verified, error, body=body)
+                                     verified, error, body=body, headers=headers)
             self.requests.append(record)
             if endpoint is None:
                 reply = Reply(404)

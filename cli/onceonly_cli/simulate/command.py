@@ -144,7 +144,7 @@ def run_simulation(args: argparse.Namespace, store: str | None, seed: int, specs
                       database="embedded" if stack.embedded_database else "external")
         plan = _seed(args, stack, rng, run_id, specs, cleanup)
         env = replica_env(stack, specs, webhook_settings(args.receiver_latency, plan.retry_queue))
-        env.update(plan.billing.env())
+        env.update(plan.billing.env(), POWERTOOLS_LOG_LEVEL=args.log_level)
         if plan.payments and plan.bridge:
             env.update(plan.payments.env(stack.payments.url, plan.bridge.queue_url))
         config["cron_jobs"] = [job.job for job in plan.cron_jobs]
@@ -204,14 +204,16 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
                         TimeElapsedColumn(), console=console, transient=False)
     cleanup.enter_context(progress)
     started_task = progress.add_task("replicas started", total=args.replicas)
-    pool = ReplicaPool(args.replicas, env, stack.work_dir, crash_rate=args.crash_rate, rng=rng,
+    log_dir = args.log_dir or stack.work_dir
+    log_dir.mkdir(parents=True, exist_ok=True)
+    pool = ReplicaPool(args.replicas, env, log_dir, crash_rate=args.crash_rate, rng=rng,
                        timeouts=timeouts, on_start=lambda _i: None)
     cleanup.callback(pool.stop)
     pool_started = time.time()
     try:
         pool.start()
     except ReplicaStartError as exc:
-        log = stack.work_dir / "replica-0.log"
+        log = log_dir / "replica-0.log"
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.exists() else []
         raise CliError(f"{exc}: {tail[0] if tail else 'no log'}") from None
     progress.update(started_task, completed=args.replicas)

@@ -133,9 +133,9 @@ def _check_token(token: int, what: str) -> None:
         raise ConfigError(f"{what} must be an integer from 0 to 2**63-1, got {_short(token)}")
 
 
-def encode_payload(payload: Any) -> str:
+def encode_payload(payload: Any, limit: int = MAX_PAYLOAD_BYTES) -> str:
     """The payload as JSON text every store keeps as is: strict JSON (no NaN or
-    Infinity), valid UTF-8, no NUL (jsonb refuses it), at most MAX_PAYLOAD_BYTES."""
+    Infinity), valid UTF-8, no NUL (jsonb refuses it), at most ``limit`` bytes."""
     try:
         text = json.dumps(payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False,
                           allow_nan=False)
@@ -146,8 +146,8 @@ def encode_payload(payload: Any) -> str:
         raise ConfigError(f"payload must be JSON-serialisable without NaN or Infinity: {exc}") from exc
     if _JSON_NUL.search(text):
         raise ConfigError("payload must not contain NUL characters (PostgreSQL's jsonb cannot store them)")
-    if size > MAX_PAYLOAD_BYTES:
-        raise ConfigError(f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are allowed")
+    if size > limit:
+        raise ConfigError(f"payload is {size} bytes of JSON; at most {limit} are allowed")
     return text
 
 
