@@ -213,6 +213,15 @@ def _maybe_acked(events: list[dict[str, Any]]) -> set[str]:
             and ((end := ends.get((e["worker"], e["id"]))) is None or (end.get("extra") or {}).get("error"))}
 
 
+def _calls(events: list[dict[str, Any]], died: set[str]) -> tuple[float, int]:
+    """The longest store call or POST (invoke to its end), and how many calls of
+    workers that were not killed never ended (a hang)."""
+    starts = {(e["worker"], e["id"]): e["t"] for e in events if e["event"] == "invoke"}
+    ends = {(e["worker"], e["id"]): e["t"] for e in events if e["event"] != "invoke"}
+    longest = max((ends[key] - t for key, t in starts.items() if key in ends), default=0.0)
+    return longest, sum(1 for key in starts if key not in ends and key[0] not in died)
+
+
 def judge(plan: Plan, events: list[dict[str, Any]], fleet: Fleet, injected: Counter[str], hung: list[str],
           delivered: Counter[str], posts: Counter[str], items: list[str], locks: list[str],
           elapsed: float) -> dict[str, Any]:
@@ -225,6 +234,7 @@ def judge(plan: Plan, events: list[dict[str, Any]], fleet: Fleet, injected: Coun
     accepted_acks = Counter(e["name"] for e in events if e["event"] == "ok" and e["op"] in ("ack", "complete"))
     lost = sorted((set(items) | set(locks)) - (set(delivered) & (set(accepted_acks) | _maybe_acked(events))))
     keys = set(items) | set(locks)
+    longest_call, unfinished_calls = _calls(events, died)
     double_grants = [v for v in summary.violations if v.kind in DOUBLE_GRANTS]
     started = min((e["t"] for e in events if e["worker"] != DRIVER), default=0.0)
     return {
@@ -243,8 +253,8 @@ def judge(plan: Plan, events: list[dict[str, Any]], fleet: Fleet, injected: Coun
         "lost": len(lost), "lost_keys": lost[:20],
         "stale_accepted": summary.stale_accepted, "stale_refused": summary.stale_refused,
         "longest_stall": round(_stall(events, started), 2), "elapsed": round(elapsed, 1),
-        "hung": hung, "workers_acked": len({e["worker"].split(".")[0] for e in events
-                                           if e["event"] == "ok" and e["op"] == "ack"}),
+        "longest_call": round(longest_call, 2), "unfinished_calls": unfinished_calls, "hung": hung,
+        "workers_acked": len({e["worker"].split(".")[0] for e in events if e["event"] == "ok" and e["op"] == "ack"}),
         "unknown_ops": summary.unknown,
         "violations": [f"{v.kind} {v.name}: {v.detail}" for v in summary.violations[:20]],
         "violation_count": len(summary.violations),
@@ -267,6 +277,7 @@ def assert_sound(result: dict[str, Any], faults_expected: bool = True) -> None:
     if faults_expected:
         assert sum(result["faults"].values()) > 0, f"{where}: no fault was injected"
     assert not result["hung"], f"{where}: workers hung past the stop: {result['hung']}"
+    assert result["unfinished_calls"] == 0, f"{where}: {result['unfinished_calls']} calls never returned"
     assert result["violations"] == [], f"{where}: history violations: {result['violations']}"
     assert result["duplicates"] == 0, f"{where}: {result['duplicates']} duplicates"
     assert result["lost"] == 0, f"{where}: {result['lost']} lost"
