@@ -34,6 +34,7 @@ from . import worker
 RESULTS_ENV = "ONCEONLY_FAULTS_RESULTS"  # a JSON-lines file every scenario result is appended to
 DRIVER = "driver"
 DOUBLE_GRANTS = ("overlap", "duplicate_token")
+WARM_UP = 3.0  # seconds a restarted worker needs to import and connect, on a loaded machine
 
 
 @dataclass
@@ -45,13 +46,13 @@ class Plan:
     items: int
     ticks: int
     faults: int  # fault episodes to inject
-    gap: tuple[float, float] = (0.2, 0.8)  # seconds between episodes
     check_url: str | None = None  # what the driver watches progress on (default: url)
     lease: float = 2.0
     tick_ttl: float = 3.0
     batch: int = 5
     tick_rate: float = 0.1
     die_after_effect: float = 0.0  # a worker's chance to SIGKILL itself between a POST and its ack
+    die_in_call: float = 0.0  # its chance to SIGKILL itself a few ms into a claim or an ack
     post_latency: float = 0.02  # the receiver's answer time: a kill can land mid-POST
     skews: list[float] = field(default_factory=list)  # DynamoDB clock skew per worker slot (cycled)
     deadline: float = 300.0
@@ -73,6 +74,7 @@ class Fleet:
         self.incarnation: Counter[int] = Counter()
         self.exits: dict[str, int | None] = {}  # worker name -> exit code
         self.killed: set[str] = set()  # killed by the driver
+        self.started: dict[int, float] = {}
 
     def start(self, slot: int) -> None:
         self.incarnation[slot] += 1
@@ -82,7 +84,7 @@ class Fleet:
             cfg["skew"] = self.plan.skews[slot % len(self.plan.skews)]
         proc = CTX.Process(target=worker.run, args=(name, cfg, self.go, self.stop), name=name)
         proc.start()
-        self.procs[slot], self.names[slot] = proc, name
+        self.procs[slot], self.names[slot], self.started[slot] = proc, name, time.time()
 
     def respawn_dead(self) -> None:
         for slot, proc in list(self.procs.items()):
@@ -92,7 +94,10 @@ class Fleet:
                 self.start(slot)
 
     def kill(self, rng: random.Random) -> str:
-        slot = rng.choice([s for s, p in self.procs.items() if p.is_alive()] or list(self.procs))
+        """SIGKILL a worker that is past its start (imports, connecting), if any is."""
+        alive = [s for s, p in self.procs.items() if p.is_alive()] or list(self.procs)
+        working = [s for s in alive if time.time() - self.started[s] > WARM_UP]
+        slot = rng.choice(working or alive)
         proc = self.procs[slot]
         if proc.pid is not None and proc.is_alive():
             os.kill(proc.pid, signal.SIGKILL)
@@ -125,13 +130,19 @@ def tick_times(count: int) -> list[str]:
     return [(start + timedelta(minutes=n)).strftime("%Y-%m-%dT%H:%M:%SZ") for n in range(count)]
 
 
-def _done(store: onceonly.Store, queue: str, locks: list[str]) -> bool:
+def _remaining(store: onceonly.Store, queue: str) -> int | None:
+    """Items not yet acked; None while the store is down or cut off."""
     try:
-        if store.queue(queue).depth().total:
-            return False
+        return store.queue(queue).depth().total
+    except onceonly.OnceOnlyError:
+        return None
+
+
+def _ticks_done(store: onceonly.Store, locks: list[str]) -> bool:
+    try:
         return all((state := store.inspect(lock)) is not None and state.completed for lock in locks)
     except onceonly.OnceOnlyError:
-        return False  # the store is down or cut off right now
+        return False
 
 
 def run(plan: Plan, workdir: Path, faults: Fault | None) -> dict[str, Any]:
@@ -156,27 +167,29 @@ def run(plan: Plan, workdir: Path, faults: Fault | None) -> dict[str, Any]:
         cfg = {"url": plan.url, "history": str(history_path), "webhook_url": url, "secret": secret,
                "post_timeout": 10.0, "queue": queue, "job": job, "ticks": ticks, "lease": plan.lease,
                "tick_ttl": plan.tick_ttl, "batch": plan.batch, "tick_rate": plan.tick_rate,
-               "die_after_effect": plan.die_after_effect}
+               "die_after_effect": plan.die_after_effect, "die_in_call": plan.die_in_call}
         fleet = Fleet(plan, cfg)
         for slot in range(plan.processes):
             fleet.start(slot)
         started = time.time()
         fleet.go.set()
         injected: Counter[str] = Counter()
-        next_fault, next_check = started + rng.uniform(*plan.gap), started
+        # Fault k falls when k/(faults+1) of the items are done: spread over the
+        # run however fast the machine is, and never all after the end.
+        marks = [len(items) * (1 - (k + 1) / (plan.faults + 1)) for k in range(plan.faults)] if faults else []
         try:
             while True:
                 assert time.time() - started < plan.deadline, (
                     f"{plan.scenario}/{plan.store}: not done after {plan.deadline:.0f}s")
                 fleet.respawn_dead()
-                if faults is not None and sum(injected.values()) < plan.faults and time.time() >= next_fault:
+                left = _remaining(check, queue)
+                while faults is not None and left is not None and marks and left <= marks[0]:
+                    marks.pop(0)
                     injected[faults.inject(rng, fleet)] += 1
-                    next_fault = time.time() + rng.uniform(*plan.gap)
-                if time.time() >= next_check:
-                    if _done(check, queue, locks):
-                        break
-                    next_check = time.time() + 0.5
-                time.sleep(0.05)
+                    fleet.respawn_dead()
+                if left == 0 and not marks and _ticks_done(check, locks):
+                    break
+                time.sleep(0.3)
         finally:
             hung = fleet.finish()
         elapsed = time.time() - started
@@ -193,9 +206,10 @@ def _last_phase(events: list[dict[str, Any]]) -> str:
     open_calls = [e for e in events if e["event"] == "invoke" and e["id"] not in done]
     if open_calls:
         op = open_calls[-1]["op"]
-        return {"effect": "mid-POST", "claim": "mid-claim", "acquire": "mid-claim"}.get(op, f"mid-{op}")
-    last = events[-1] if events else None
-    if last is not None and last["op"] == "effect" and last["event"] == "ok":
+        return "mid-POST" if op == "effect" else f"mid-{op}"
+    if not events:
+        return "starting"
+    if events[-1]["op"] == "effect" and events[-1]["event"] == "ok":
         return "after POST, before ack"
     return "between calls"
 
@@ -222,6 +236,17 @@ def _calls(events: list[dict[str, Any]], died: set[str]) -> tuple[float, int]:
     return longest, sum(1 for key in starts if key not in ends and key[0] not in died)
 
 
+def _late_effects(events: list[dict[str, Any]]) -> int:
+    """Webhooks sent after their item or tick was already acked or completed:
+    a repeat no crash explains (the first sender finished, yet it went again)."""
+    done: dict[str, float] = {}
+    for e in events:
+        if e["event"] == "ok" and e["op"] in ("ack", "complete"):
+            done[e["name"]] = min(done.get(e["name"], e["t"]), e["t"])
+    return sum(1 for e in events if e["event"] == "invoke" and e["op"] == "effect"
+               and e["name"] in done and e["t"] > done[e["name"]])
+
+
 def judge(plan: Plan, events: list[dict[str, Any]], fleet: Fleet, injected: Counter[str], hung: list[str],
           delivered: Counter[str], posts: Counter[str], items: list[str], locks: list[str],
           elapsed: float) -> dict[str, Any]:
@@ -242,9 +267,11 @@ def judge(plan: Plan, events: list[dict[str, Any]], fleet: Fleet, injected: Coun
         "items": len(items), "ticks": len(locks),
         "faults": dict(injected), "kills_by_phase": dict(phases),
         "self_kills": len(died - fleet.killed),
-        # A grant of something another holder still held, or a second accepted
-        # ack/completion of one item or tick: the failures exactly-once forbids.
-        "duplicates": len(double_grants) + sum(n - 1 for n in accepted_acks.values() if n > 1),
+        # A grant of something another holder still held, a second accepted
+        # ack/completion of one item or tick, a webhook sent after its item was
+        # done: the failures exactly-once forbids.
+        "duplicates": len(double_grants) + sum(n - 1 for n in accepted_acks.values() if n > 1)
+        + _late_effects(events),
         # A webhook sent again with the same key after its first sender died
         # (or was cut off) before its ack: what the idempotency key is for.
         "repeats": sum(n - 1 for k, n in posts.items() if k in keys and n > 1),

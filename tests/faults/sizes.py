@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 
 STORES = ["postgres", "redis", "dynamodb"]
+SOAK_TIMEOUT = 900  # seconds, per soak test (pytest-timeout; the default is 300)
 
 
 def sizes(quick: dict[str, Any], soak: dict[str, Any]) -> Any:
-    return pytest.mark.parametrize("size", [pytest.param(quick, id="quick"),
-                                            pytest.param(soak, id="soak", marks=pytest.mark.soak)])
+    return pytest.mark.parametrize("size", [
+        pytest.param(quick, id="quick"),
+        pytest.param(soak, id="soak", marks=[pytest.mark.soak, pytest.mark.timeout(SOAK_TIMEOUT)]),
+    ])

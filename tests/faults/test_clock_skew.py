@@ -92,7 +92,7 @@ def _plan(dynamodb_url: str, skew: float, size: dict[str, Any]) -> Plan:
                 tick_ttl=10.0, post_latency=0.1, skews=[0.0, skew, -skew], **size)
 
 
-QUICK = {"processes": 3, "items": 90, "ticks": 3, "faults": 0}
+QUICK = {"processes": 3, "items": 40, "ticks": 2, "faults": 0}
 SOAK = {"processes": 6, "items": 1500, "ticks": 20, "faults": 0, "deadline": 600.0}
 
 

@@ -2,7 +2,8 @@
 address and data: Redis with its AOF (``appendonly yes``, fsync always) SIGKILLed
 and restarted; PostgreSQL's backends terminated (pg_terminate_backend) and the
 whole cluster stopped immediately and restarted; dynalite with ``--path``
-SIGKILLed and restarted. The workers back off, reconnect and go on: nothing is
+stopped (SIGTERM: a SIGKILL tears dynalite's own item + index writes, which
+DynamoDB does not have) and restarted. The workers back off, reconnect and go on: nothing is
 lost, nothing is granted twice."""
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ DOWNTIME = (0.2, 1.5)  # seconds the store is away in one episode
 
 
 class StoreRestart:
+    """PostgreSQL: backends terminated and full restarts, in turn; the others: restarts."""
+
     def __init__(self, server: Any) -> None:
-        self.server = server
+        self.server, self.episodes = server, 0
 
     def inject(self, rng: random.Random, fleet: Fleet) -> str:
-        if isinstance(self.server, PostgresCluster) and rng.random() < 0.5:
+        self.episodes += 1
+        if isinstance(self.server, PostgresCluster) and self.episodes % 2:
             self.server.terminate_backends()
             return "pg_terminate_backend"
         return str(self.server.restart(rng.uniform(*DOWNTIME)))
@@ -43,8 +47,8 @@ def _url(kind: str, server: Any) -> str:
 
 @pytest.mark.concurrency
 @pytest.mark.parametrize("kind", STORES)
-@sizes(quick={"processes": 3, "items": 150, "ticks": 3, "faults": 3, "gap": (1.0, 2.0)},
-       soak={"processes": 8, "items": 3000, "ticks": 20, "faults": 12, "gap": (3.0, 6.0), "deadline": 600.0})
+@sizes(quick={"processes": 3, "items": 80, "ticks": 3, "faults": 2},
+       soak={"processes": 8, "items": 3000, "ticks": 20, "faults": 12, "deadline": 600.0})
 def test_store_restarts(kind: str, size: dict[str, Any], tmp_path: Path) -> None:
     with own_server(kind) as server:
         plan = Plan(scenario="store restart", store=kind, url=_url(kind, server), **size)

@@ -20,6 +20,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -103,6 +104,14 @@ class Worker:
         if self.rng.random() < self.cfg.get("die_after_effect", 0.0):
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def _maybe_die_in_call(self) -> None:
+        """Sometimes SIGKILL this process a few milliseconds from now: mostly
+        inside the store call about to start (mid-claim, mid-transaction)."""
+        if self.rng.random() < self.cfg.get("die_in_call", 0.0):
+            timer = threading.Timer(self.rng.uniform(0.0, 0.005), os.kill, (os.getpid(), signal.SIGKILL))
+            timer.daemon = True
+            timer.start()
+
     def _tick_body(self, event: Any, context: Any, tick: Tick) -> None:
         if not self.effect(tick.lock_name, tick.token):
             raise RuntimeError("the tick's POST failed")  # the guard releases the tick for a retry
@@ -114,9 +123,11 @@ class Worker:
             queue.retry(claim, due_at=time.time())
             return
         self._maybe_die()
+        self._maybe_die_in_call()
         queue.ack(claim)
 
     def step(self) -> None:
+        self._maybe_die_in_call()
         claims = self.store.queue(self.cfg["queue"]).claim(limit=self.cfg["batch"], lease=self.cfg["lease"])
         for claim in claims:
             self.handle(claim)

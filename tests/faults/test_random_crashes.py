@@ -6,23 +6,24 @@ key, after its first sender died before the ack."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .harness import Crash, Plan, assert_sound, record, run
+from .sizes import sizes
 
-QUICK = {"processes": 4, "items": 300, "ticks": 6, "faults": 12}
+QUICK = {"processes": 3, "items": 120, "ticks": 4, "faults": 6}
 SOAK = {"processes": 16, "items": 20000, "ticks": 60, "faults": 400, "deadline": 900.0}
 
 
 @pytest.mark.concurrency
-@pytest.mark.parametrize("size", [pytest.param(QUICK, id="quick"),
-                                  pytest.param(SOAK, id="soak", marks=pytest.mark.soak)])
-def test_random_crashes(store_url: str, size: dict, tmp_path: Path) -> None:
+@sizes(QUICK, SOAK)
+def test_random_crashes(store_url: str, size: dict[str, Any], tmp_path: Path) -> None:
     store = store_url.split(":")[0].replace("postgresql", "postgres")
-    plan = Plan(scenario="random crash", store=store, url=store_url, die_after_effect=0.02, **size)
+    plan = Plan(scenario="random crash", store=store, url=store_url, die_after_effect=0.01,
+                die_in_call=0.005, **size)
     result = run(plan, tmp_path, Crash())
     record(result)
-    print(result)
     assert_sound(result)
     assert result["repeats"] > 0, "no webhook was repeated: no crash fell between a POST and its ack"
