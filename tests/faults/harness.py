@@ -47,8 +47,8 @@ class Plan:
     ticks: int
     faults: int  # fault episodes to inject
     check_url: str | None = None  # what the driver watches progress on (default: url)
-    lease: float = 2.0
-    tick_ttl: float = 3.0
+    lease: float = 5.0
+    tick_ttl: float = 6.0
     batch: int = 5
     tick_rate: float = 0.1
     die_after_effect: float = 0.0  # a worker's chance to SIGKILL itself between a POST and its ack
@@ -286,6 +286,7 @@ def judge(plan: Plan, events: list[dict[str, Any]], fleet: Fleet, injected: Coun
         "longest_call": round(longest_call, 2), "unfinished_calls": unfinished_calls, "hung": hung,
         "workers_acked": len({e["worker"].split(".")[0] for e in events if e["event"] == "ok" and e["op"] == "ack"}),
         "unknown_ops": summary.unknown,
+        "given_up": sum(1 for e in events if e["event"] == "invoke" and e["op"] == "give_up"),
         "violations": [f"{v.kind} {v.name}: {v.detail}" for v in summary.violations[:20]],
         "violation_count": len(summary.violations),
     }

@@ -93,7 +93,7 @@ def _plan(dynamodb_url: str, skew: float, size: dict[str, Any]) -> Plan:
 
 
 QUICK = {"processes": 3, "items": 40, "ticks": 2, "faults": 0}
-SOAK = {"processes": 6, "items": 1500, "ticks": 20, "faults": 0, "deadline": 600.0}
+SOAK = {"processes": 6, "items": 600, "ticks": 12, "faults": 0, "deadline": 1400.0}
 
 
 @pytest.mark.concurrency

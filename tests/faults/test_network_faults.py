@@ -17,7 +17,7 @@ import pytest
 from tests.support.faultproxy import FaultProxy
 
 from .harness import Fleet, Plan, assert_sound, record, run
-from .sizes import STORES, sizes
+from .sizes import STORES, sized, sizes
 
 STORE_TIMEOUT = 2.0  # ?timeout= of the workers' URL: every call ends within it
 CALL_DEADLINE = 10.0  # a handler's deadline: no store call or POST may take longer
@@ -67,15 +67,15 @@ def _through(url: str, proxy_port: int) -> tuple[str, int]:
 
 @pytest.mark.concurrency
 @pytest.mark.parametrize("kind", STORES)
-@sizes(quick={"processes": 3, "items": 80, "ticks": 3, "faults": 4},
-       soak={"processes": 8, "items": 3000, "ticks": 20, "faults": 40, "deadline": 600.0})
+@sizes(quick={"processes": 3, "items": 80, "dynamodb_items": 40, "ticks": 3, "faults": 4},
+       soak={"processes": 8, "items": 2000, "dynamodb_items": 800, "ticks": 20, "faults": 16, "deadline": 1400.0})
 def test_network_faults(kind: str, size: dict[str, Any], tmp_path: Path, request: pytest.FixtureRequest) -> None:
     direct = str(request.getfixturevalue(f"{kind}_url"))
     target = _through(direct, 0)[1]
     with FaultProxy(target_port=target) as proxy:
         url, _ = _through(direct, proxy.port)
         plan = Plan(scenario="network faults", store=kind, url=url, check_url=direct, lease=5.0, tick_ttl=6.0,
-                    **size)
+                    **sized(size, kind))
         result = run(plan, tmp_path, LinkFaults(proxy))
     record(result)
     assert_sound(result)

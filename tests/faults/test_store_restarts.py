@@ -18,7 +18,7 @@ import pytest
 from tests.support.restartable_servers import PostgresCluster, own_server
 
 from .harness import Fleet, Plan, assert_sound, record, run
-from .sizes import STORES, sizes
+from .sizes import STORES, sized, sizes
 
 DOWNTIME = (0.2, 1.5)  # seconds the store is away in one episode
 
@@ -47,11 +47,11 @@ def _url(kind: str, server: Any) -> str:
 
 @pytest.mark.concurrency
 @pytest.mark.parametrize("kind", STORES)
-@sizes(quick={"processes": 3, "items": 80, "ticks": 3, "faults": 2},
-       soak={"processes": 8, "items": 3000, "ticks": 20, "faults": 12, "deadline": 600.0})
+@sizes(quick={"processes": 3, "items": 80, "dynamodb_items": 40, "ticks": 3, "faults": 2},
+       soak={"processes": 8, "items": 2000, "dynamodb_items": 800, "ticks": 20, "faults": 8, "deadline": 1400.0})
 def test_store_restarts(kind: str, size: dict[str, Any], tmp_path: Path) -> None:
     with own_server(kind) as server:
-        plan = Plan(scenario="store restart", store=kind, url=_url(kind, server), **size)
+        plan = Plan(scenario="store restart", store=kind, url=_url(kind, server), **sized(size, kind))
         result = run(plan, tmp_path, StoreRestart(server))
     record(result)
     assert_sound(result)
