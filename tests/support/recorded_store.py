@@ -26,6 +26,14 @@ def _guard(op: Op, call: Any) -> Any:
         raise
 
 
+def _fenced(history: HistoryWriter, what: str, name: str, token: int, call: Any) -> bool:
+    """A write under a token: ok if the store accepted it, fail if it refused."""
+    op = history.invoke(what, name, token)
+    done = bool(_guard(op, call))
+    op.ok() if done else op.fail()
+    return done
+
+
 class RecordedStore:
     def __init__(self, store: Store, history: HistoryWriter) -> None:
         self.inner, self.history = store, history
@@ -45,17 +53,12 @@ class RecordedStore:
         op.ok()
         return renewed  # type: ignore[no-any-return]
 
-    def _fenced(self, what: str, lease: Lease, call: Any) -> bool:
-        op = self.history.invoke(what, lease.name, lease.token)
-        done = bool(_guard(op, call))
-        op.ok() if done else op.fail()
-        return done
-
     def release(self, lease: Lease) -> bool:
-        return self._fenced("release", lease, lambda: self.inner.release(lease))
+        return _fenced(self.history, "release", lease.name, lease.token, lambda: self.inner.release(lease))
 
     def complete(self, lease: Lease, keep: float = 86400.0, *, expire: bool = False) -> bool:
-        return self._fenced("complete", lease, lambda: self.inner.complete(lease, keep, expire=expire))
+        return _fenced(self.history, "complete", lease.name, lease.token,
+                       lambda: self.inner.complete(lease, keep, expire=expire))
 
     def inspect(self, name: str) -> Any:
         return self.inner.inspect(name)
@@ -91,14 +94,8 @@ class RecordedQueue:
             op.fail()
         return claims
 
-    def _fenced(self, what: str, claim: Claim, call: Any) -> bool:
-        op = self.history.invoke(what, claim.item_id, claim.token)
-        done = bool(_guard(op, call))
-        op.ok() if done else op.fail()
-        return done
-
     def ack(self, claim: Claim) -> bool:
-        return self._fenced("ack", claim, lambda: self.inner.ack(claim))
+        return _fenced(self.history, "ack", claim.item_id, claim.token, lambda: self.inner.ack(claim))
 
     def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
         ops = [self.history.invoke("ack", claim.item_id, claim.token) for claim in claims]
@@ -113,7 +110,7 @@ class RecordedQueue:
         return results
 
     def retry(self, claim: Claim, due_at: float) -> bool:
-        return self._fenced("retry", claim, lambda: self.inner.retry(claim, due_at))
+        return _fenced(self.history, "retry", claim.item_id, claim.token, lambda: self.inner.retry(claim, due_at))
 
     def depth(self) -> QueueDepth:
         return self.inner.depth()
