@@ -20,8 +20,9 @@ projection ALL, PAY_PER_REQUEST.
 Assumptions worth knowing:
 
 - Clock. DynamoDB has no server clock, so times come from the client
-  (``time.time()``). Two invocations agree on "now" only up to their clock skew,
-  so leases must be much longer than that skew. Lambda hosts are NTP-synced,
+  (``time.time()``, or the constructor's ``clock``). Two invocations agree on
+  "now" only up to their clock skew, so leases must be much longer than that
+  skew (docs/reliability.md measures the margin). Lambda hosts are NTP-synced,
   typically well under a second apart; a lease of seconds to minutes is safe.
   Fencing does not depend on clocks: every write checks owner AND token.
 - Eventual consistency. GSI queries are eventually consistent: an item just put
@@ -237,9 +238,12 @@ class DynamoDBStore:
     kind = "dynamodb"
 
     def __init__(
-        self, client: Any, table: str, shards: int = DEFAULT_SHARDS, *, owns_client: bool = False
+        self, client: Any, table: str, shards: int = DEFAULT_SHARDS, *, owns_client: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
+        # Every "now" of this store (DynamoDB has no server clock): epoch seconds.
+        self.clock = clock
         self.table = _check_table(table)
         self.shards = _check_shards(shards)
         self._owns_client = owns_client
@@ -247,7 +251,9 @@ class DynamoDBStore:
         self._executor_lock = threading.Lock()
 
     @classmethod
-    def from_url(cls, table: str, options: Mapping[str, str]) -> DynamoDBStore:
+    def from_url(
+        cls, table: str, options: Mapping[str, str], *, clock: Callable[[], float] = time.time
+    ) -> DynamoDBStore:
         """Build the store for ``dynamodb://TABLE?region=…&endpoint_url=…&shards=8&timeout=10``;
         ``options`` are the URL's query parameters; ``timeout`` (seconds) bounds
         each request, retries included. Raises ConfigError for an
@@ -276,7 +282,7 @@ class DynamoDBStore:
             ) from exc
         except BotoCoreError as exc:
             raise ConfigError(f"cannot build a DynamoDB client: {exc}") from exc
-        return cls(client, table, shards, owns_client=True)
+        return cls(client, table, shards, owns_client=True, clock=clock)
 
     # -- calls and error translation ------------------------------------------
     def _translate(self, what: str, exc: Exception) -> OnceOnlyError:
@@ -470,7 +476,7 @@ class DynamoDBStore:
     # -- leases -------------------------------------------------------------
     def acquire(self, name: str, ttl: float = 30.0) -> Lease | None:
         name, ttl = common.check_name(name), common.check_seconds(ttl, "ttl")
-        now = time.time()
+        now = self.clock()
         response = self._conditional(
             "acquire", "update_item",
             Key=_lease_key(name),
@@ -488,18 +494,18 @@ class DynamoDBStore:
     def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
         ttl = common.check_seconds(ttl, "ttl")
         response = self._write_if_held(
-            "renew", lease, EXTEND_LEASE, {":until": _epoch(time.time() + ttl)}, return_values="ALL_NEW"
+            "renew", lease, EXTEND_LEASE, {":until": _epoch(self.clock() + ttl)}, return_values="ALL_NEW"
         )
         if response is None:
             raise LeaseLostError(f"lease {lease.name!r} token {lease.token} is no longer held")
         return _lease_from(lease.name, response["Attributes"])
 
     def release(self, lease: Lease) -> bool:
-        return self._write_if_held("release", lease, RELEASE_LEASE, {":now": _epoch(time.time())}) is not None
+        return self._write_if_held("release", lease, RELEASE_LEASE, {":now": _epoch(self.clock())}) is not None
 
     def complete(self, lease: Lease, keep: float = 86400.0, *, expire: bool = False) -> bool:
         keep = common.check_seconds(keep, "keep")
-        until = time.time() + keep
+        until = self.clock() + keep
         values = {":until": _epoch(until), ":true": _TRUE}
         if common.check_flag(expire, "expire"):
             values[":expire_at"] = _int(math.ceil(until))
@@ -578,7 +584,7 @@ class DynamoDBQueue:
             ExpressionAttributeNames=_names(PUT_ITEM),
             ExpressionAttributeValues={
                 ":payload": _str(payload_text),
-                ":due": _epoch(time.time() if due is None else due),
+                ":due": _epoch(self._store.clock() if due is None else due),
                 ":qshard": _str(_qshard(self.name, item_id, self._store.shards)),
                 ":queue": _str(self.name), ":item_id": _str(item_id), ":zero": _ZERO,
             },
@@ -596,7 +602,7 @@ class DynamoDBQueue:
         granted, those are returned (the failure is logged) rather than lost."""
         limit = common.check_limit(limit)
         lease = common.check_seconds(lease, "lease")
-        now = time.time()
+        now = self._store.clock()
         claim_round = _ClaimRound(owner=common.new_owner(), now=now, until=now + lease)
         shard_keys = self._shard_keys()
         start = random.randrange(len(shard_keys))
@@ -722,7 +728,7 @@ class DynamoDBQueue:
     # -- depth --------------------------------------------------------------
     def depth(self) -> QueueDepth:
         """Counts per shard, read from the eventually consistent GSI."""
-        now = time.time()
+        now = self._store.clock()
         outcomes = self._store._concurrently(lambda shard: self._shard_depth(shard, now), self._shard_keys())
         shards: list[QueueDepth] = []
         for outcome in outcomes:
