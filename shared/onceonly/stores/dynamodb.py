@@ -46,7 +46,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -568,19 +568,32 @@ class DynamoDBQueue:
         return [f"{self.name}#{k}" for k in range(self._store.shards)]
 
     def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
-        item_id = common.check_name(item_id, "item_id")
-        due = common.check_due_at(due_at)
-        payload_text = common.encode_payload(payload)
+        self._put(common.check_put(item_id, due_at, payload))
+
+    def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
+        """One UpdateItem per item, issued concurrently. Not BatchWriteItem: its
+        PutItem replaces the whole record, which would reset the token and attempt
+        count of an item that is rescheduled. Raises the first store error after
+        all were tried; the other puts may have been applied."""
+        puts = common.check_put_items(items)
+        # One write per id (the later entry wins): concurrent writes of one
+        # item would land in any order.
+        for outcome in self._store._concurrently(self._put, common.last_put_per_item(puts)):
+            if isinstance(outcome, OnceOnlyError):
+                raise outcome
+        return len(puts)
+
+    def _put(self, put: common.CheckedPut) -> None:
         self._store._call(
             "put", "update_item",
-            Key=self._key(item_id),
+            Key=self._key(put.item_id),
             UpdateExpression=PUT_ITEM,
             ExpressionAttributeNames=_names(PUT_ITEM),
             ExpressionAttributeValues={
-                ":payload": _str(payload_text),
-                ":due": _epoch(time.time() if due is None else due),
-                ":qshard": _str(_qshard(self.name, item_id, self._store.shards)),
-                ":queue": _str(self.name), ":item_id": _str(item_id), ":zero": _ZERO,
+                ":payload": _str(put.payload),
+                ":due": _epoch(time.time() if put.due_at is None else put.due_at),
+                ":qshard": _str(_qshard(self.name, put.item_id, self._store.shards)),
+                ":queue": _str(self.name), ":item_id": _str(put.item_id), ":zero": _ZERO,
             },
         )
 

@@ -113,12 +113,14 @@ RETURNING l.name;
 SELECT name, owner, token, extract(epoch FROM busy_until)::float8 AS busy_until, completed
   FROM onceonly_leases WHERE name = %(name)s;
 
--- name: put --
--- In: queue, item_id, payload (json text), due_at (epoch seconds or NULL = now).
+-- name: put_many --
+-- In: queue, item_ids[], payloads[] (json text), due_ats[] (epoch seconds or
+-- NULL = now), parallel arrays with each id at most once (a row cannot be
+-- changed twice by one ON CONFLICT statement). put is a batch of one.
 -- Rescheduling clears the owner, so a holder's ack/retry is refused afterwards.
 INSERT INTO onceonly_queue AS q (queue, item_id, payload, claimable_at)
-VALUES (%(queue)s, %(item_id)s, %(payload)s::jsonb,
-        COALESCE(to_timestamp(%(due_at)s::float8), clock_timestamp()))
+SELECT %(queue)s, i.item_id, i.payload::jsonb, COALESCE(to_timestamp(i.due_at), clock_timestamp())
+  FROM unnest(%(item_ids)s::text[], %(payloads)s::text[], %(due_ats)s::float8[]) AS i(item_id, payload, due_at)
 ON CONFLICT (queue, item_id) DO UPDATE
     SET payload = EXCLUDED.payload, claimable_at = EXCLUDED.claimable_at, owner = NULL;
 
@@ -133,9 +135,20 @@ DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RET
 -- queueing or double-taking them; the row lock re-checks claimable_at on rows
 -- changed since the snapshot. MATERIALIZED keeps the planner from running the
 -- CTE more than once and updating more than LIMIT rows (the Oban lesson).
-WITH due AS MATERIALIZED (
+-- Its cost is the due items it takes, never the backlog:
+-- - "now" is read once (the CTE now). A bare clock_timestamp() is volatile,
+--   so it could only filter the index range row by row (every scheduled and
+--   in-flight item, on every claim); a value computed before the scan is an
+--   index condition, and the scan stops at the first item not yet due;
+-- - the UPDATE repeats that bound, so whichever index the planner picks to
+--   find the locked rows (by primary key, or the claimable range when the
+--   statistics of a queue that just grew are stale), it reads due items only.
+--   Same value, so every row locked above passes it.
+WITH now AS MATERIALIZED (
+    SELECT clock_timestamp() AS t
+), due AS MATERIALIZED (
     SELECT item_id FROM onceonly_queue
-     WHERE queue = %(queue)s AND claimable_at <= clock_timestamp()
+     WHERE queue = %(queue)s AND claimable_at <= (SELECT t FROM now)
      ORDER BY claimable_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -145,8 +158,8 @@ UPDATE onceonly_queue q
        attempt = q.attempt + 1,
        owner = %(owner)s,
        claimable_at = clock_timestamp() + make_interval(secs => %(lease)s)
-  FROM due
- WHERE q.queue = %(queue)s AND q.item_id = due.item_id
+ WHERE q.queue = %(queue)s AND q.claimable_at <= (SELECT t FROM now)
+   AND q.item_id = ANY (ARRAY(SELECT item_id FROM due))
 RETURNING q.item_id, q.payload, q.token, q.attempt, q.owner,
           extract(epoch FROM q.claimable_at)::float8 AS lease_expires_at;
 
