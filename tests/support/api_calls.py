@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import onceonly
+
 
 class ApiCalls:
     def __init__(self, client: Any) -> None:
@@ -35,3 +37,13 @@ class ApiCalls:
 
     def __exit__(self, *_: object) -> None:
         self._events.unregister(self._event, unique_id=f"api-calls-{id(self)}")
+
+
+def drain(queue: onceonly.Queue, batch: int = 25) -> int:
+    """A worker loop: claim + ack_many until nothing is due. Returns the number
+    of claim calls, the last (empty) one included."""
+    calls = 1
+    while claims := queue.claim(limit=batch, lease=60):
+        calls += 1
+        assert all(queue.ack_many(claims))
+    return calls

@@ -17,7 +17,7 @@ from moto import mock_aws
 
 import onceonly
 from onceonly.stores.dynamodb import DynamoDBQueue, DynamoDBStore
-from tests.support.api_calls import ApiCalls
+from tests.support.api_calls import ApiCalls, drain
 
 
 @pytest.fixture
@@ -86,3 +86,12 @@ def test_put_many_keeps_token_and_attempts_like_put(client: Any, queue: DynamoDB
     assert queue.ack(held) is False
     (again,) = queue.claim(limit=1, lease=60)
     assert (again.payload, again.token, again.attempt) == ("again", held.token + 1, held.attempt + 1)
+
+
+def test_worker_loop_calls_per_record(client: Any, queue: DynamoDBQueue) -> None:
+    queue.put_many((f"i{i:03}", time.time() - 1, i) for i in range(100))
+    with ApiCalls(client) as calls:
+        assert drain(queue, 25) == 5
+    # Per record: one conditional claim write, 1/25 of a query (one shard
+    # here) and 1/25 of a transaction: 1.08 calls, plus the final empty query.
+    assert calls.counts == {"Query": 5, "UpdateItem": 100, "TransactWriteItems": 4}
