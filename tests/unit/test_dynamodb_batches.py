@@ -95,3 +95,11 @@ def test_worker_loop_calls_per_record(client: Any, queue: DynamoDBQueue) -> None
     # Per record: one conditional claim write, 1/25 of a query (one shard
     # here) and 1/25 of a transaction: 1.08 calls, plus the final empty query.
     assert calls.counts == {"Query": 5, "UpdateItem": 100, "TransactWriteItems": 4}
+
+
+def test_large_payloads_split_the_transactions_under_4_mb(client: Any, queue: DynamoDBQueue) -> None:
+    big = "x" * 200_000  # 30 of them: 6 MB, over the 4 MB a transaction takes
+    with ApiCalls(client) as calls:
+        assert queue.put_many((f"big{i}", None, big) for i in range(30)) == 30
+    assert calls.counts == {"TransactWriteItems": 3}  # 14 + 14 + 2, under 3 MB each
+    assert sorted(len(c.payload) for c in queue.claim(limit=30, lease=60)) == [200_000] * 30

@@ -39,6 +39,7 @@ Assumptions worth knowing:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -79,8 +80,11 @@ TTL_ATTRIBUTE = "expire_at"  # template.yaml's TimeToLiveSpecification names the
 TTL_ON = ("ENABLED", "ENABLING")
 # Conditional claim/ack writes issued at once; the HTTP pool is sized above it.
 MAX_CONCURRENT_WRITES = 16
-# TransactWriteItems takes at most 100 writes, on distinct items.
+# TransactWriteItems takes at most 100 writes, on distinct items, of at most
+# 4 MB together; 100 payloads at the 256 KiB limit would be 25 MB. Sized by the
+# request's JSON, with a margin for how DynamoDB counts.
 MAX_TRANSACTION_ITEMS = 100
+MAX_TRANSACTION_BYTES = 3_000_000
 # A cancelled transaction is sent again once without the writes whose
 # condition failed; writes still refused after that are sent one by one.
 TRANSACTION_ROUNDS = 2
@@ -581,6 +585,20 @@ def _lease_from(name: str, attributes: dict[str, Any]) -> Lease:
     )
 
 
+def _transaction_batches(writes: Sequence[tuple[str, dict[str, Any]]]) -> list[range]:
+    """Consecutive runs of ``writes`` that fit one transaction."""
+    batches, start, size = [], 0, 0
+    for i, (_, params) in enumerate(writes):
+        write_size = len(json.dumps(params))
+        if i > start and (i - start == MAX_TRANSACTION_ITEMS or size + write_size > MAX_TRANSACTION_BYTES):
+            batches.append(range(start, i))
+            start, size = i, 0
+        size += write_size
+    if start < len(writes):
+        batches.append(range(start, len(writes)))
+    return batches
+
+
 def _page_size(needed: int) -> int:
     # A little above what is still needed: some listed items will be lost to
     # other claimers or be stale in the eventually consistent GSI.
@@ -644,8 +662,7 @@ class DynamoDBQueue:
         store error after a batch was tried; writes of that batch and of
         earlier ones may have been applied."""
         applied = [False] * len(writes)
-        for start in range(0, len(writes), MAX_TRANSACTION_ITEMS):
-            batch = range(start, min(start + MAX_TRANSACTION_ITEMS, len(writes)))
+        for batch in _transaction_batches(writes):
             first_of_item = {writes[i][1]["Key"]["pk"]["S"]: i for i in reversed(batch)}
             transacted, refused = self._transacted(what, writes, sorted(first_of_item.values()))
             one_by_one = [i for i in batch if i not in transacted and i not in refused]
