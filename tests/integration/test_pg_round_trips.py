@@ -43,3 +43,15 @@ def test_one_statement_per_operation(store: onceonly.Store, unique: str, stateme
         claims = q.claim(limit=25, lease=60)
         assert len(claims) == 25 and all(q.ack_many(claims))
     assert statements == [SQL["claim"], SQL["ack_many"]] * 3
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_put_many_statements_are_bounded_in_bytes(store: onceonly.Store, unique: str,
+                                                  statements: list[str]) -> None:
+    q = store.queue(unique)
+    q.put("warm-up")
+    statements.clear()
+    big = "x" * 200_000  # 100 of them: 20 MB of payload
+    assert q.put_many((f"big{i}", None, big) for i in range(100)) == 100
+    assert statements == [SQL["put_many"]] * 3  # 41 + 41 + 18: under 8 MB each
+    assert q.depth().due == 101

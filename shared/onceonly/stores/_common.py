@@ -135,6 +135,21 @@ def last_put_per_item(puts: Sequence[CheckedPut]) -> list[CheckedPut]:
     return list({put.item_id: put for put in puts}.values())
 
 
+def batches(sizes: Sequence[int], max_items: int, max_bytes: int) -> list[range]:
+    """Consecutive runs of items (given their sizes) of at most ``max_items``
+    items and ``max_bytes`` bytes, so that one request stays bounded (an item
+    larger than ``max_bytes`` goes alone)."""
+    runs, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (i - start == max_items or total + size > max_bytes):
+            runs.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        runs.append(range(start, len(sizes)))
+    return runs
+
+
 def check_lease(lease: Lease) -> Lease:
     """A Lease as acquire/renew returned it; a wrong type or a hand-built one with
     bad fields would otherwise fail inside a driver, or as 'unavailable'."""

@@ -585,20 +585,6 @@ def _lease_from(name: str, attributes: dict[str, Any]) -> Lease:
     )
 
 
-def _transaction_batches(writes: Sequence[tuple[str, dict[str, Any]]]) -> list[range]:
-    """Consecutive runs of ``writes`` that fit one transaction."""
-    batches, start, size = [], 0, 0
-    for i, (_, params) in enumerate(writes):
-        write_size = len(json.dumps(params))
-        if i > start and (i - start == MAX_TRANSACTION_ITEMS or size + write_size > MAX_TRANSACTION_BYTES):
-            batches.append(range(start, i))
-            start, size = i, 0
-        size += write_size
-    if start < len(writes):
-        batches.append(range(start, len(writes)))
-    return batches
-
-
 def _page_size(needed: int) -> int:
     # A little above what is still needed: some listed items will be lost to
     # other claimers or be stale in the eventually consistent GSI.
@@ -662,7 +648,8 @@ class DynamoDBQueue:
         store error after a batch was tried; writes of that batch and of
         earlier ones may have been applied."""
         applied = [False] * len(writes)
-        for batch in _transaction_batches(writes):
+        sizes = [len(json.dumps(params)) for _, params in writes]
+        for batch in common.batches(sizes, MAX_TRANSACTION_ITEMS, MAX_TRANSACTION_BYTES):
             first_of_item = {writes[i][1]["Key"]["pk"]["S"]: i for i in reversed(batch)}
             transacted, refused = self._transacted(what, writes, sorted(first_of_item.values()))
             one_by_one = [i for i in batch if i not in transacted and i not in refused]

@@ -22,8 +22,11 @@ SQL = load_queries(Path(__file__).with_suffix(".sql"))
 # Expired records deleted by each complete(expire=True): more than the one it
 # adds, so a table fed by cron guards shrinks back to what is within keep.
 PRUNE_PER_COMPLETE = 20
-# Items per put_many statement: keeps one statement's size bounded.
+# Items, and bytes of payload, per put_many statement: keeps one statement's
+# size (and the memory to build it) bounded; 1,000 payloads at the limit
+# would be 256 MB.
 PUT_BATCH = 1000
+PUT_BATCH_BYTES = 8 * 1024 * 1024
 
 
 @contextmanager
@@ -132,10 +135,10 @@ class PostgresQueue:
         self._put([common.check_put(item_id, due_at, payload)])
 
     def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
-        """One statement per PUT_BATCH items."""
+        """One statement per PUT_BATCH items or PUT_BATCH_BYTES of payload."""
         puts = common.check_put_items(items)
-        for start in range(0, len(puts), PUT_BATCH):
-            self._put(puts[start:start + PUT_BATCH])
+        for run in common.batches([len(put.payload) for put in puts], PUT_BATCH, PUT_BATCH_BYTES):
+            self._put(puts[run.start:run.stop])
         return len(puts)
 
     def _put(self, puts: Sequence[common.CheckedPut]) -> None:
