@@ -6,7 +6,7 @@ error (:class:`~onceonly.errors.LeaseLostError`) where the caller asked to keep 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +57,14 @@ class Queue(Protocol):
         """Schedule (or reschedule) ``item_id`` for ``due_at`` (epoch seconds, default now).
         Rescheduling an item that is in flight takes it from its holder: the holder's
         ack/retry are then refused."""
+
+    def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
+        """:meth:`put` for each ``(item_id, due_at, payload)``, in one round trip per
+        batch where the store allows it. Every item is checked before anything is
+        written (a bad one raises ConfigError naming ``items[i]``). An id listed
+        twice is put twice: the later entry wins, as with put in order. Returns the
+        number of entries put. Not atomic as a whole: after a store error some
+        items may be written; put is idempotent, so retry the call."""
 
     def cancel(self, item_id: str) -> bool:
         """Remove the item whatever its state. False if it was not there."""

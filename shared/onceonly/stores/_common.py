@@ -9,7 +9,8 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..api import Claim, Lease
@@ -97,6 +98,56 @@ def check_retry_due_at(due_at: float) -> float:
     if due is None:
         raise ConfigError("retry needs a due_at (epoch seconds), got None")
     return due
+
+
+@dataclass(frozen=True)
+class CheckedPut:
+    """One put, checked: the id, the due time (None = now) and the payload as JSON text."""
+
+    item_id: str
+    due_at: float | None
+    payload: str
+
+
+def check_put(item_id: str, due_at: float | None, payload: Any) -> CheckedPut:
+    return CheckedPut(check_name(item_id, "item_id"), check_due_at(due_at), encode_payload(payload))
+
+
+def check_put_items(items: Iterable[tuple[str, float | None, Any]]) -> list[CheckedPut]:
+    """put_many's items, every one checked before anything is written; a bad one
+    raises ConfigError naming its index."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise ConfigError(f"items must be an iterable of (item_id, due_at, payload) tuples, got {_short(items)}")
+    checked = []
+    for index, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise ConfigError(f"items[{index}] must be an (item_id, due_at, payload) tuple, got {_short(item)}")
+        try:
+            checked.append(check_put(*item))
+        except ConfigError as exc:
+            raise ConfigError(f"items[{index}]: {exc}") from exc
+    return checked
+
+
+def last_put_per_item(puts: Sequence[CheckedPut]) -> list[CheckedPut]:
+    """One put per item id, the later one winning, as put called in order would
+    leave it: for stores that write a batch in one step."""
+    return list({put.item_id: put for put in puts}.values())
+
+
+def batches(sizes: Sequence[int], max_items: int, max_bytes: int) -> list[range]:
+    """Consecutive runs of items (given their sizes) of at most ``max_items``
+    items and ``max_bytes`` bytes, so that one request stays bounded (an item
+    larger than ``max_bytes`` goes alone)."""
+    runs, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (i - start == max_items or total + size > max_bytes):
+            runs.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        runs.append(range(start, len(sizes)))
+    return runs
 
 
 def check_lease(lease: Lease) -> Lease:

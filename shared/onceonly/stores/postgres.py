@@ -3,7 +3,7 @@ statement (see postgres.sql). Times are the server's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,11 @@ SQL = load_queries(Path(__file__).with_suffix(".sql"))
 # Expired records deleted by each complete(expire=True): more than the one it
 # adds, so a table fed by cron guards shrinks back to what is within keep.
 PRUNE_PER_COMPLETE = 20
+# Items, and bytes of payload, per put_many statement: keeps one statement's
+# size (and the memory to build it) bounded; 1,000 payloads at the limit
+# would be 256 MB.
+PUT_BATCH = 1000
+PUT_BATCH_BYTES = 8 * 1024 * 1024
 
 
 @contextmanager
@@ -127,9 +132,20 @@ class PostgresQueue:
         self.name = name
 
     def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
-        self._store._run("put", {"queue": self.name, "item_id": common.check_name(item_id, "item_id"),
-                                 "payload": common.encode_payload(payload),
-                                 "due_at": common.check_due_at(due_at)})
+        self._put([common.check_put(item_id, due_at, payload)])
+
+    def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
+        """One statement per PUT_BATCH items or PUT_BATCH_BYTES of payload."""
+        puts = common.check_put_items(items)
+        for run in common.batches([len(put.payload) for put in puts], PUT_BATCH, PUT_BATCH_BYTES):
+            self._put(puts[run.start:run.stop])
+        return len(puts)
+
+    def _put(self, puts: Sequence[common.CheckedPut]) -> None:
+        batch = common.last_put_per_item(puts)
+        self._store._run("put_many", {"queue": self.name, "item_ids": [p.item_id for p in batch],
+                                      "payloads": [p.payload for p in batch],
+                                      "due_ats": [p.due_at for p in batch]})
 
     def cancel(self, item_id: str) -> bool:
         item_id = common.check_name(item_id, "item_id")
