@@ -145,3 +145,42 @@ def test_bad_put_arguments(store: onceonly.Store, unique: str) -> None:
     with pytest.raises(onceonly.ConfigError, match="JSON"):
         q.put("a", payload=object())
     assert q.depth().total == 0
+
+
+def test_claim_with_acks_acks_the_previous_batch_then_claims(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    for i in range(3):
+        q.put(f"w{i}", payload=i)
+    first = q.claim(limit=1, lease=30)
+    assert len(first) == 1 and first.acked == []
+    second = q.claim(limit=5, lease=30, acks=first)
+    assert second.acked == [True]
+    assert sorted((c.item_id, c.payload, c.attempt) for c in [*first, *second]) == [
+        ("w0", 0, 1), ("w1", 1, 1), ("w2", 2, 1)]
+    assert q.depth() == onceonly.QueueDepth(due=0, scheduled=0, in_flight=2)
+    # the same results as ack_many: already acked, listed twice, then nothing left
+    last = q.claim(limit=5, lease=30, acks=[first[0], *second, second[0]])
+    assert last == [] and last.acked == [False, True, True, False]
+    assert q.depth().total == 0
+
+
+def test_claim_with_acks_refuses_a_stale_claim(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put("job", payload="p")
+    (stale,) = q.claim(limit=1, lease=0.3)
+    time.sleep(0.6)
+    (fresh,) = q.claim(limit=1, lease=30)  # its lease ran out: re-granted
+    refused = q.claim(limit=1, lease=30, acks=[stale])
+    assert refused.acked == [False] and refused == []  # token-checked; the fresh holder keeps it
+    assert q.claim(limit=1, lease=30, acks=[fresh]).acked == [True]
+    assert q.depth().total == 0
+
+
+@pytest.mark.parametrize("bad", [{"limit": 0}, {"lease": -1}, {"acks": "w"}, {"acks": [object()]}])
+def test_claim_with_bad_arguments_acks_nothing(store: onceonly.Store, unique: str, bad: dict[str, object]) -> None:
+    q = store.queue(unique)
+    q.put("w")
+    held = q.claim(limit=1, lease=30)
+    with pytest.raises(onceonly.ConfigError):
+        q.claim(**{"limit": 1, "lease": 30, "acks": held, **bad})  # type: ignore[arg-type]
+    assert q.ack_many(held) == [True]  # still held: checked before the acks ran

@@ -9,10 +9,12 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..api import Claim, Lease
+from ..api import Claim, ClaimBatch, Lease
 from ..errors import ConfigError
 
 # Bytes of UTF-8 in a lease name, queue name or item id. Sized for the tightest
@@ -99,6 +101,35 @@ def check_retry_due_at(due_at: float) -> float:
     return due
 
 
+@dataclass(frozen=True)
+class CheckedPut:
+    """One put, checked: the id, the due time (None = now) and the payload as JSON text."""
+
+    item_id: str
+    due_at: float | None
+    payload: str
+
+
+def check_put(item_id: str, due_at: float | None, payload: Any) -> CheckedPut:
+    return CheckedPut(check_name(item_id, "item_id"), check_due_at(due_at), encode_payload(payload))
+
+
+def check_put_items(items: Iterable[tuple[str, float | None, Any]]) -> list[CheckedPut]:
+    """put_many's items, every one checked before anything is written; a bad one
+    raises ConfigError naming its index."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise ConfigError(f"items must be an iterable of (item_id, due_at, payload) tuples, got {_short(items)}")
+    checked = []
+    for index, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise ConfigError(f"items[{index}] must be an (item_id, due_at, payload) tuple, got {_short(item)}")
+        try:
+            checked.append(check_put(*item))
+        except ConfigError as exc:
+            raise ConfigError(f"items[{index}]: {exc}") from exc
+    return checked
+
+
 def check_lease(lease: Lease) -> Lease:
     """A Lease as acquire/renew returned it; a wrong type or a hand-built one with
     bad fields would otherwise fail inside a driver, or as 'unavailable'."""
@@ -126,6 +157,26 @@ def check_claims(claims: Sequence[Claim], queue: str) -> list[Claim]:
     if isinstance(claims, (str, bytes, Claim)) or not isinstance(claims, Sequence):
         raise ConfigError(f"claims must be a list of onceonly.Claim, got {type(claims).__name__}")
     return [check_claim(claim, queue) for claim in claims]
+
+
+class AcksThenClaim(ABC):
+    """``claim(acks=…)`` for a store whose claim and ack are separate statements:
+    :meth:`ack_many`, then the store's own ``_claim`` (two round trips; Redis
+    does both in one script). Every argument is checked before the first."""
+
+    name: str
+
+    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
+        acks = check_claims(acks, self.name)
+        limit, lease = check_limit(limit), check_seconds(lease, "lease")
+        acked = self.ack_many(acks) if acks else []
+        return ClaimBatch(self._claim(limit, lease), acked)
+
+    @abstractmethod
+    def ack_many(self, claims: Sequence[Claim]) -> list[bool]: ...
+
+    @abstractmethod
+    def _claim(self, limit: int, lease: float) -> list[Claim]: ...
 
 
 def _check_token(token: int, what: str) -> None:
