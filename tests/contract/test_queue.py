@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -51,7 +52,7 @@ def test_expired_claim_is_reclaimed_with_next_attempt(store: onceonly.Store, uni
     q.put("job", payload="p")
     (stale,) = q.claim(limit=1, lease=0.3)
     time.sleep(0.6)
-    assert q.depth().due == 1
+    assert q.depth() == onceonly.QueueDepth(due=1, scheduled=0, in_flight=0)  # a lease that ran out is due
     (fresh,) = q.claim(limit=1, lease=30)
     assert fresh.item_id == "job" and fresh.payload == "p"
     assert fresh.token > stale.token
@@ -184,3 +185,17 @@ def test_claim_with_bad_arguments_acks_nothing(store: onceonly.Store, unique: st
     with pytest.raises(onceonly.ConfigError):
         q.claim(**{"limit": 1, "lease": 30, "acks": held, **bad})  # type: ignore[arg-type]
     assert q.ack_many(held) == [True]  # still held: checked before the acks ran
+
+
+def test_ack_and_retry_check_the_token_as_well_as_the_owner(store: onceonly.Store, unique: str) -> None:
+    """Owners are random per grant, so only a claim altered by hand can carry the
+    holder's owner with another token: it is refused all the same."""
+    q = store.queue(unique)
+    q.put("t")
+    (held,) = q.claim(limit=1, lease=30)
+    for token in (held.token - 1, held.token + 1):
+        forged = dataclasses.replace(held, token=token)
+        assert q.ack(forged) is False
+        assert q.retry(forged, time.time()) is False
+        assert q.claim(limit=1, lease=30, acks=[forged]).acked == [False]
+    assert q.ack(held) is True

@@ -59,11 +59,13 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counted]:
 def test_put_many_is_one_round_trip(counted: Counted) -> None:
     q = counted.store.queue("q")
     counted.reset()
-    assert q.put_many((f"i{n}", None, {"n": n}) for n in range(300)) == 300
+    assert q.put_many((f"i{n}", None, {"n": n}) for n in range(5000)) == 5000
     assert counted.round_trips == 1
-    # one script call, and inside it one command per step for the whole batch
-    assert counted.server_commands() == {"evalsha": 1, "time": 1, "hmget": 1, "hset": 1, "zadd": 1}
-    assert q.depth() == onceonly.QueueDepth(due=300, scheduled=0, in_flight=0)
+    # One script call; inside it one command per step, in chunks of 1,000
+    # arguments (Lua's unpack stops near 8,000): 5,000 ids, 10,000 field/value
+    # and score/member arguments.
+    assert counted.server_commands() == {"evalsha": 1, "time": 1, "hmget": 5, "hset": 10, "zadd": 10}
+    assert q.depth() == onceonly.QueueDepth(due=5000, scheduled=0, in_flight=0)
 
 
 def test_worker_loop_with_acks_is_one_round_trip_per_batch(counted: Counted) -> None:
@@ -91,12 +93,14 @@ def test_worker_loop_with_acks_is_one_round_trip_per_batch(counted: Counted) -> 
 
 def test_ack_many_is_one_round_trip(counted: Counted) -> None:
     q = counted.store.queue("q")
-    q.put_many((f"i{n}", None, None) for n in range(50))
-    claims = q.claim(limit=50, lease=60)
+    q.put_many((f"i{n}", None, None) for n in range(1500))
+    claims = q.claim(limit=1000, lease=60) + q.claim(limit=1000, lease=60)
     counted.reset()
-    assert q.ack_many(claims) == [True] * 50
+    assert q.ack_many(claims) == [True] * 1500
     assert counted.round_trips == 1
-    assert counted.server_commands() == {"evalsha": 1, "time": 1, "hmget": 1, "hdel": 1, "zrem": 1}
+    # 1,500 acks: each command in two chunks of at most 1,000 ids
+    assert counted.server_commands() == {"evalsha": 1, "time": 1, "hmget": 2, "hdel": 2, "zrem": 2}
+    assert q.depth().total == 0
 
 
 def test_put_many_is_put_in_order(counted: Counted) -> None:
