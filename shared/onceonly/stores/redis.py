@@ -329,12 +329,13 @@ class RedisQueue:
         owner = common.new_owner()
         expires_ms, acked, rows = self._claim_script(owner, limit, lease_ms, acks)
         expires_at = _seconds(expires_ms)
-        return ClaimBatch(
-            (Claim(queue=self.name, item_id=str(_text(rows[i])), payload=common.decode_payload(rows[i + 1]),
-                   token=int(rows[i + 2]), attempt=int(rows[i + 3]), owner=owner, lease_expires_at=expires_at)
-             for i in range(0, len(rows), 4)),
-            acked,
-        )
+        claims = []
+        for i in range(0, len(rows), 2):
+            # the item's new record: "token attempt owner payload"
+            token, attempt, _, payload = str(_text(rows[i + 1])).split(" ", 3)
+            claims.append(Claim(queue=self.name, item_id=str(_text(rows[i])), payload=common.decode_payload(payload),
+                                token=int(token), attempt=int(attempt), owner=owner, lease_expires_at=expires_at))
+        return ClaimBatch(claims, acked)
 
     def ack(self, claim: Claim) -> bool:
         return self.ack_many([claim])[0]
@@ -349,7 +350,7 @@ class RedisQueue:
     def _claim_script(
         self, owner: str, limit: int, lease_ms: int, acks: Sequence[Claim]
     ) -> tuple[int, list[bool], list[Any]]:
-        """Run redis_claim.lua: (lease expiry ms, ack results, flat claimed rows)."""
+        """Run redis_claim.lua: (lease expiry ms, ack results, claimed items as id, record, id, …)."""
         args: list[str | int] = [owner, limit, lease_ms]
         args.extend(field for c in acks for field in (c.item_id, c.token, c.owner))
         expires_ms, count, *rest = self._run("claim", args)

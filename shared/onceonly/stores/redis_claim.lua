@@ -6,10 +6,12 @@
 -- ARGV[2]  limit (integer >= 0; 0 only acks)
 -- ARGV[3]  lease in milliseconds (integer > 0)
 -- ARGV[4…] item_id, token, owner of each claim to ack first, in order (3 per claim)
--- Returns  {lease_expires_at_ms, n, ack_1 … ack_n, item_id, payload, token, attempt, item_id, …}:
+-- Returns  {lease_expires_at_ms, n, ack_1 … ack_n, item_id, record, item_id, record, …}:
 --          ack_i is 1 if that claim still held its item and removed it, 0 if the
 --          item was re-granted, rescheduled, retried or already removed (also by
---          an earlier entry of the same list); then 4 fields per claimed item.
+--          an earlier entry of the same list); then each claimed item's id and
+--          its new record "token attempt owner payload" (2 fields, not 4: the
+--          reply is a good part of a claim's cost).
 -- Race closed: the field code's ZRANGEBYSCORE-then-ZREM in two round trips,
 -- which handed the same item to two workers; and a stale holder deleting an
 -- item that was re-granted after its lease ran out. Token and owner are checked
@@ -61,16 +63,13 @@ for i, id in ipairs(ids) do
         token, attempt, _, at = read_record(records[i])
     end
     if token then
-        local payload = string.sub(records[i], at)
-        token, attempt = token + 1, attempt + 1
+        local granted = record(token + 1, attempt + 1, ARGV[1], string.sub(records[i], at))
         fields[#fields + 1] = id
-        fields[#fields + 1] = record(token, attempt, ARGV[1], payload)
+        fields[#fields + 1] = granted
         scores[#scores + 1] = HELD + expires_at
         scores[#scores + 1] = id
         result[#result + 1] = id
-        result[#result + 1] = payload
-        result[#result + 1] = token
-        result[#result + 1] = attempt
+        result[#result + 1] = granted
     else
         -- A schedule entry without a record cannot be claimed; drop it so it
         -- does not block the head of the queue forever.
