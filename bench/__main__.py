@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs"), help="where to write (default: docs/)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: checks the suite runs")
     args = parser.parse_args(argv)
+    # A stopped run still removes its scratch database, prefix and servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = SMOKE if args.smoke else FULL
     args.out.mkdir(parents=True, exist_ok=True)
     result, targets = measure(sizes)

@@ -58,10 +58,10 @@ def run(workers: Workers, places: Places, sizes: Sizes) -> list[dict[str, Any]]:
         scheduled = 0
         for backlog in sizes.backlog[store_kind]:
             more = [f"s{i}" for i in range(scheduled, backlog - due)]
-            fill(q, more, due_at=time.time() + NOT_DUE_FOR)
+            fill(url, q, more, due_at=time.time() + NOT_DUE_FOR)
             scheduled += len(more)
             for rep in range(sizes.repeat):
-                fill(q, [f"d{backlog}-{rep}-{i}" for i in range(due)])
+                fill(url, q, [f"d{backlog}-{rep}-{i}" for i in range(due)])
                 result = workers.run("bench.backlog:probe",
                                      {"url": url, "queue": q.name, "batch": sizes.headline_batch})
                 handed = Counter(result["ids"])

@@ -50,12 +50,12 @@ def onceonly_subject(store: str, url: str) -> Subject:
     parent = open_store(url)
     parent.setup()
     warm = parent.queue(f"warm-{secrets.token_hex(3)}")  # loads Redis scripts before any count
-    fill(warm, ["w"])
+    fill(url, warm, ["w"])
     warm.ack_many(warm.claim(limit=1))
 
     def prepare(n: int, batch: int) -> Prepared:
         q = parent.queue(f"b{batch}-{secrets.token_hex(4)}")
-        fill(q, _ids(n))
+        fill(url, q, _ids(n))
         return Prepared("bench.queue_jobs:onceonly_claims", {"url": url, "queue": q.name, "batch": batch},
                         lambda: q.depth().total)
 
@@ -138,6 +138,7 @@ def measure(workers: Workers, subject: Subject, batch: int, processes: int, n: i
         "overlapped": processes == 1 or race.overlapped,
         "calls": dict(calls), "round_trips": dict(round_trips),
         "acks_on_claim": any(r.get("acks_on_claim") for r in race.results),
+        "refused_acks": sum(r.get("refused_acks", 0) for r in race.results),
     }
 
 

@@ -54,9 +54,11 @@ def onceonly_claims(url: str, queue: str, batch: int, profile: bool = False) -> 
     if profiler is not None:
         profiler.start()
     pending: list[Any] = []
+    refused = 0  # acks the store refused: none are expected
     while True:
         if carry_acks:
             claims = tally("claim", q.claim, limit=batch, lease=LEASE, acks=pending)
+            refused += list(claims.acked).count(False)
         else:
             claims = tally("claim", q.claim, limit=batch, lease=LEASE)
         if not claims:
@@ -65,10 +67,10 @@ def onceonly_claims(url: str, queue: str, batch: int, profile: bool = False) -> 
         if carry_acks:
             pending = claims
         else:
-            tally("ack", q.ack_many, claims)
+            refused += tally("ack", q.ack_many, claims).count(False)
     if profiler is not None:
         profiler.stop()
-    result = tally.result(ids, acks_on_claim=carry_acks, profile=_profile_text(profiler))
+    result = tally.result(ids, acks_on_claim=carry_acks, refused_acks=refused, profile=_profile_text(profiler))
     store.close()
     return result
 

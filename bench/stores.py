@@ -40,12 +40,29 @@ def takes_acks(queue: Any) -> bool:
     return "acks" in inspect.signature(queue.claim).parameters
 
 
-def fill(queue: Any, item_ids: Sequence[str], due_at: float | None = None) -> None:
-    """Put every id (payload None) with ``put_many`` if the queue has it, else
-    with concurrent ``put`` calls. Not timed."""
+def fill(url: str, queue: Any, item_ids: Sequence[str], due_at: float | None = None) -> None:
+    """Put every id (payload None) into ``queue`` of the store at ``url``. Not
+    timed. With ``put_many`` if the queue has it; else PostgreSQL gets the
+    store's own put statement for every id in one pipelined transaction (a
+    commit per put would make filling the slowest part of the suite), and the
+    other stores concurrent ``put`` calls."""
     if hasattr(queue, "put_many"):
         for start in range(0, len(item_ids), FILL_CHUNK):
             queue.put_many([(item_id, due_at, None) for item_id in item_ids[start:start + FILL_CHUNK]])
-        return
-    with ThreadPoolExecutor(FILL_THREADS) as pool:
-        list(pool.map(lambda item_id: queue.put(item_id, due_at=due_at), item_ids))
+    elif url.startswith("postgresql://"):
+        _fill_postgres(url, queue.name, item_ids, due_at)
+    else:
+        with ThreadPoolExecutor(FILL_THREADS) as pool:
+            list(pool.map(lambda item_id: queue.put(item_id, due_at=due_at), item_ids))
+
+
+def _fill_postgres(url: str, queue: str, item_ids: Sequence[str], due_at: float | None) -> None:
+    import psycopg
+
+    from onceonly.stores._common import encode_payload
+    from onceonly.stores.postgres import SQL
+
+    payload = encode_payload(None)
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        cur.executemany(SQL["put"], [{"queue": queue, "item_id": i, "payload": payload, "due_at": due_at}
+                                     for i in item_ids])
