@@ -48,12 +48,13 @@ def measure(sizes: Sizes) -> tuple[dict[str, Any], list[Target]]:
             result: dict[str, Any] = {"machine": machine.describe(places), "sizes": sizes.as_json()}
             runs = timed("claims", lambda: claims.run(workers, places, sizes))
             runs += timed("leases", lambda: leases.run(workers, places))
-            runs += timed("backlog", lambda: backlog.run(workers, places, sizes))
+            backlog_runs, plan = timed("backlog", lambda: backlog.run(workers, places, sizes))
+            runs += backlog_runs
             runs += timed("procrastinate", lambda: procrastinate_jobs.run(workers, places, sizes))
             runs += timed("idempotency", lambda: idempotency.run(workers, places, sizes))
             runs += timed("replicas", lambda: replicas.run(places, sizes))
             targets = evaluate(runs, sizes)
-            result.update(runs=runs, targets=[asdict(t) for t in targets],
+            result.update(runs=runs, targets=[asdict(t) for t in targets], postgresql_claim_plan=plan,
                           profiles=timed("profiles", lambda: profiles.run(workers, places, sizes, targets)))
     finally:
         workers.close()

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from bench.explain import claim_plan
 from bench.places import Places
 from bench.pool import Job, Workers
 from bench.queue_jobs import LEASE, Tally
@@ -48,8 +49,9 @@ def probe(url: str, queue: str, batch: int) -> Job:
     return tally.result(ids, ended=drained, claim_seconds=drain, empty_seconds=empty)
 
 
-def run(workers: Workers, places: Places, sizes: Sizes) -> list[dict[str, Any]]:
-    runs = []
+def run(workers: Workers, places: Places, sizes: Sizes) -> tuple[list[dict[str, Any]], str]:
+    """The probes' runs, and the PostgreSQL claim's plan at the largest backlog."""
+    runs, plan = [], ""
     for store_kind, url in places.store_urls().items():
         parent = open_store(url)
         parent.setup()
@@ -73,6 +75,8 @@ def run(workers: Workers, places: Places, sizes: Sizes) -> list[dict[str, Any]]:
                     "duplicates": sum(c - 1 for c in handed.values()), "lost": due - len(handed),
                     "round_trips": result["round_trips"], "calls": result["calls"],
                 })
+        if store_kind == "postgresql":
+            plan = claim_plan(url, q.name, sizes.headline_batch)
         parent.close()
         print(f"backlog: {store_kind} done", file=sys.stderr, flush=True)
-    return runs
+    return runs, plan

@@ -149,6 +149,7 @@ def run(workers: Workers, places: Places, sizes: Sizes) -> list[dict[str, Any]]:
             n = sizes.items[subject.store][batch]
             for rep in range(sizes.repeat):
                 runs.append(measure(workers, subject, batch, processes, n, rep))
-        print(f"claims: {subject.store} / {subject.method} done", file=sys.stderr, flush=True)
+                print(f"claims: {subject.store} / {subject.method}, batch {batch}, {processes} proc: "
+                      f"{runs[-1]['per_second']:,.0f} items/s", file=sys.stderr, flush=True)
     return runs
 

@@ -44,7 +44,7 @@ class Report:
         self.result, self.runs, self.sizes, self.targets = result, result["runs"], sizes, targets
 
     def markdown(self) -> str:
-        parts = [self._intro(), self._targets(), self._charts(), self._claims(), self._backlog(),
+        parts = [self._intro(), self._targets(), self._shows(), self._charts(), self._claims(), self._backlog(),
                  self._alternatives(), self._replicas(), self._missed(), self._method()]
         return "\n".join(line for part in parts for line in part).rstrip() + "\n"
 
@@ -64,6 +64,28 @@ class Report:
             f"{self.sizes.repeat} runs, with min-max in brackets; duplicates and lost items are the worst run's.",
             "",
         ]
+
+    def _shows(self) -> list[str]:
+        """What the tables do not say at a glance, in ratios and counts."""
+        racy = "racy two-step pop (ZRANGEBYSCORE, ZREM)"
+        ours = worst(self.runs, "claims", "duplicates", method="onceonly")
+        out = [f"- onceonly handed out {'no item' if ours == 0 else f'**{ours:,} items**'} twice, on any store, "
+               "in any run."]
+        for p in self.sizes.alternatives_processes:
+            dup = worst(self.runs, "claims", "duplicates", store="redis", method=racy, processes=p)
+            n = self.sizes.items["redis"][self.sizes.headline_batch]
+            out.append(f"- The racy two-step Redis pop, {p} processes: up to {dup:,} of {n:,} items handed out twice "
+                       "in a run.")
+        match = {"store": "dynamodb", "method": "onceonly", "batch": self.sizes.headline_batch}
+        items = sum(r["items"] for r in self.runs if r["section"] == "claims"
+                    and all(r.get(k) == v for k, v in match.items()))
+        calls = sum(sum(r["round_trips"].values()) for r in self.runs if r["section"] == "claims"
+                    and all(r.get(k) == v for k, v in match.items()))
+        if items:
+            out.append(f"- DynamoDB queue: {calls / items:.2f} API calls per item claimed and acked at batch "
+                       f"{self.sizes.headline_batch} (one conditional write per claim and per ack, plus the due-index "
+                       "queries over the shards).")
+        return ["## What this run shows", "", *out, ""]
 
     def _charts(self) -> list[str]:
         return [f"![{title}]({name})" for name, title in self.result["charts"].items()] + [""]
@@ -176,7 +198,16 @@ class Report:
         missed = [t for t in self.targets if t.met is False]
         if not missed:
             return ["## Missed targets", "", "None in this run.", ""]
+        nproc = self.result["machine"]["nproc"]
         out = ["## Missed targets", "", *(f"- **Missed:** {t.goal}: {t.measured}." for t in missed), ""]
+        if any(t.met is False and t.profile is None for t in missed):
+            out += [f"The replica target has no in-process profile: `onceonly simulate` measures it end to end, and "
+                    f"its replica processes share this machine's {nproc} cores with the receiver, the AWS stand-ins "
+                    "and the servers.", ""]
+        if any(t.met is False and t.goal.startswith("PostgreSQL claim cost flat") for t in missed):
+            largest = max(self.sizes.backlog["postgresql"])
+            out += [f"### PostgreSQL's plan of one claim with {largest:,} items queued (EXPLAIN ANALYZE, rolled back)",
+                    "", "```", self.result["postgresql_claim_plan"], "```", ""]
         for store, text in self.result["profiles"].items():
             out += [f"### Where the time goes: {STORE_NAMES[store]} claim + ack (pyinstrument, 1 process, batch "
                     f"{self.sizes.headline_batch})", "", "```", text, "```", ""]
