@@ -33,7 +33,7 @@ def measure(sizes: Sizes) -> tuple[dict[str, Any], list[Target]]:
     """Every section in turn, on one set of servers and one pool of workers."""
     started = time.monotonic()
     use_local_credentials()  # before the workers start: they inherit the environment
-    workers = Workers(max(*sizes.processes, *sizes.alternatives_processes, *sizes.idempotency_processes))
+    workers = Workers(max(*sizes.processes, *sizes.racy_processes, *sizes.idempotency_processes))
     seconds: dict[str, float] = {}
 
     def timed(section: str, work: Callable[[], Any]) -> Any:

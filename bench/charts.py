@@ -30,7 +30,7 @@ def _save(fig: Any, path: Path) -> None:
 def claims_chart(runs: list[dict[str, Any]], sizes: Sizes, path: Path) -> None:
     """Items/s at the headline batch by process count, one panel per store."""
     rates = figures(runs, "claims", ("store", "method", "batch", "processes"))
-    fig, axes = plt.subplots(1, len(STORES), figsize=(15, 4.5))
+    fig, axes = plt.subplots(1, len(STORES), figsize=(15, 5.5))
     for ax, store in zip(axes, STORES, strict=True):
         methods = list(dict.fromkeys(m for (s, m, b, _) in rates if s == store and b == sizes.headline_batch))
         width = 0.8 / max(1, len(methods))
@@ -40,11 +40,10 @@ def claims_chart(runs: list[dict[str, Any]], sizes: Sizes, path: Path) -> None:
             xs = [sizes.processes.index(n) + i * width for n, _ in points]
             ax.bar(xs, [f.median for _, f in points], width, yerr=_errors([f for _, f in points]), label=method)
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(sizes.processes))], [str(p) for p in sizes.processes])
-        ax.set_yscale("log")
         ax.set_xlabel("processes")
-        ax.set_ylabel("items/s (log)")
+        ax.set_ylabel("items/s (median, min-max)")
         ax.set_title(f"{NAMES[store]}, batch {sizes.headline_batch}")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     _save(fig, path)
 
 

@@ -9,7 +9,7 @@ import secrets
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -40,6 +40,10 @@ class Subject:
     store: str  # which store's row family it belongs to
     method: str  # "onceonly", "bare", ...
     prepare: Callable[[int, int], Prepared]  # (items, batch) -> a filled queue
+    # The grid measured; None: every batch size / process count / the store's item counts.
+    batches: tuple[int, ...] | None = None
+    processes: tuple[int, ...] | None = None
+    items: int | None = None
 
 
 def _ids(n: int) -> list[str]:
@@ -98,27 +102,31 @@ def redis_set_subject(places: Places, method: str, job: str, locks: bool = False
     return Subject("redis", method, prepare)
 
 
-def subjects(places: Places) -> list[Subject]:
-    """Every claim method, onceonly first in each store's family."""
+def subjects(places: Places, sizes: Sizes) -> list[Subject]:
+    """Every claim method, onceonly first in each store's family. onceonly and
+    the bare statements run the whole grid; the racy pop runs the headline
+    batch (its duplicates grow with processes); the Lock per item, three round
+    trips per item, runs the headline cell on fewer items."""
     urls = places.store_urls()
+    head = (sizes.headline_batch,)
+    racy = redis_set_subject(places, "racy two-step pop (ZRANGEBYSCORE, ZREM)", "bench.queue_jobs:racy_redis")
+    lock = redis_set_subject(places, "redis-py Lock per item", "bench.queue_jobs:lock_per_item", locks=True)
     return [
         onceonly_subject("postgresql", urls["postgresql"]),
         bare_postgres_subject(places.postgres_url),
         onceonly_subject("redis", urls["redis"]),
         redis_set_subject(places, "bare: one-script pop, no lease", "bench.queue_jobs:bare_redis"),
-        redis_set_subject(places, "racy two-step pop (ZRANGEBYSCORE, ZREM)", "bench.queue_jobs:racy_redis"),
-        redis_set_subject(places, "redis-py Lock per item", "bench.queue_jobs:lock_per_item", locks=True),
+        replace(racy, batches=head, processes=sizes.racy_processes),
+        replace(lock, batches=head, processes=(sizes.headline_processes,), items=sizes.lock_items),
         onceonly_subject("dynamodb", urls["dynamodb"]),
     ]
 
 
-def cells(subject: Subject, sizes: Sizes) -> Iterator[tuple[int, int]]:
-    """(batch, processes) measured for a subject: the full grid for onceonly and
-    the bare statements, the headline batch for the other alternatives."""
-    full = subject.method == "onceonly" or subject.method.startswith("bare")
-    for batch in sizes.batches if full else (sizes.headline_batch,):
-        for processes in sizes.processes if full else sizes.alternatives_processes:
-            yield batch, processes
+def cells(subject: Subject, sizes: Sizes) -> Iterator[tuple[int, int, int]]:
+    """(batch, processes, items) of every cell measured for a subject."""
+    for batch in subject.batches or sizes.batches:
+        for processes in subject.processes or sizes.processes:
+            yield batch, processes, subject.items or sizes.items[subject.store][batch]
 
 
 def measure(workers: Workers, subject: Subject, batch: int, processes: int, n: int, rep: int) -> dict[str, Any]:
@@ -144,9 +152,8 @@ def measure(workers: Workers, subject: Subject, batch: int, processes: int, n: i
 
 def run(workers: Workers, places: Places, sizes: Sizes) -> list[dict[str, Any]]:
     runs = []
-    for subject in subjects(places):
-        for batch, processes in cells(subject, sizes):
-            n = sizes.items[subject.store][batch]
+    for subject in subjects(places, sizes):
+        for batch, processes, n in cells(subject, sizes):
             for rep in range(sizes.repeat):
                 runs.append(measure(workers, subject, batch, processes, n, rep))
                 print(f"claims: {subject.store} / {subject.method}, batch {batch}, {processes} proc: "

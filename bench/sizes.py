@@ -23,13 +23,14 @@ class Sizes:
     headline_processes: int
     backlog: dict[str, tuple[int, ...]]  # items queued, most not yet due
     backlog_due: dict[str, int]  # of those, due at each probe
+    lock_items: int  # redis-py Lock per item: three round trips per item
     procrastinate_jobs: int
     idempotency_records: int
     idempotency_processes: tuple[int, ...]
     replicas: tuple[int, ...]
     replica_events: int
     receiver_latency: float = 0.05
-    alternatives_processes: tuple[int, ...] = field(default=(1, 4, 8))
+    racy_processes: tuple[int, ...] = field(default=(1, 4, 8))  # the racy two-step pop
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,7 +41,7 @@ FULL = Sizes(
     batches=(1, 25, 100),
     processes=(1, 4, 8),
     items={
-        "postgresql": {1: 2_000, 25: 20_000, 100: 20_000},
+        "postgresql": {1: 1_000, 25: 20_000, 100: 20_000},
         "redis": {1: 20_000, 25: 20_000, 100: 20_000},
         "dynamodb": {1: 300, 25: 1_000, 100: 1_000},
     },
@@ -49,7 +50,8 @@ FULL = Sizes(
     backlog={"postgresql": (2_000, 20_000, 100_000), "redis": (2_000, 20_000, 100_000),
              "dynamodb": (1_000, 4_000)},
     backlog_due={"postgresql": 500, "redis": 500, "dynamodb": 100},
-    procrastinate_jobs=2_000,
+    lock_items=5_000,
+    procrastinate_jobs=1_000,
     idempotency_records=400,
     idempotency_processes=(1, 4),
     replicas=(1, 2, 4, 8),
@@ -69,10 +71,11 @@ SMOKE = Sizes(
     headline_processes=2,
     backlog={"postgresql": (60, 200), "redis": (60, 200), "dynamodb": (30, 60)},
     backlog_due={"postgresql": 30, "redis": 30, "dynamodb": 10},
+    lock_items=60,
     procrastinate_jobs=20,
     idempotency_records=10,
     idempotency_processes=(2,),
     replicas=(1,),
     replica_events=2,
-    alternatives_processes=(2,),
+    racy_processes=(2,),
 )
