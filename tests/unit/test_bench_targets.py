@@ -48,6 +48,7 @@ def test_backlog_cost_must_stay_within_30_percent() -> None:
     goal = "PostgreSQL claim cost flat within +-30% from the smallest to the largest backlog"
     assert _verdicts([probe(2000, 1.0), probe(100_000, 1.29)])[goal] is True
     assert _verdicts([probe(2000, 1.0), probe(100_000, 6.0)])[goal] is False
+    assert _verdicts([probe(2000, 1.0), probe(100_000, 0.6)])[goal] is False  # flat both ways
 
 
 def test_a_figure_is_the_median_with_min_and_max() -> None:
