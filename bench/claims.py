@@ -1,165 +1,162 @@
-"""Claims per second per backend, for 1, 4 and 8 processes, side by side with
-the racy two-step Redis pop the project replaces, in one run.
-
-    .venv/bin/python bench/claims.py [--items 2000] [--out docs/benchmarks.md]
-
-Each run fills a queue, then P processes (each with its own connection,
-released by one barrier) claim batches of 25 and ack them in one call until
-the queue is empty. Throughput = items / wall time. Duplicates are counted
-from the claimed ids, so a fast-but-wrong method shows as such. All servers
-are on 127.0.0.1: PostgreSQL and Redis as found (or embedded), dynalite
-started here."""
+"""Claim + ack throughput, per store and beside the bare statements and the
+field's alternatives, at every batch size and process count: the parent fills
+a fresh queue, P workers drain it at once, and the ids they were handed are
+checked (duplicates, lost) together with what is left in the queue."""
 
 from __future__ import annotations
 
-import argparse
-import multiprocessing
-import os
-import platform
 import secrets
 import sys
-import time
 from collections import Counter
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
+import psycopg
 import redis
-from benchlib import PROCESS_COUNTS, Cell, median_of_runs, publish, ratio_cells, worst
 
-import onceonly
-from onceonly_cli.servers import LocalServers
+from bench.places import Places
+from bench.pool import Workers
+from bench.queue_jobs import HERE
+from bench.sizes import Sizes
+from bench.stores import fill, open_store
+from onceonly.stores.sqlfile import load_queries
 
-CTX = multiprocessing.get_context("spawn")
-BATCH = 25
-
-
-def _claim_worker(url: str, queue: str, barrier: Any, results: Any) -> None:
-    store = onceonly.connect(url)
-    q = store.queue(queue)
-    got: list[str] = []
-    barrier.wait()
-    while True:
-        claims = q.claim(limit=BATCH, lease=60)
-        if not claims:
-            break
-        q.ack_many(claims)
-        got.extend(c.item_id for c in claims)
-    results.put(got)
-    store.close()
+BARE_SQL = load_queries(HERE / "bare.sql")
+ZADD_CHUNK = 5000
 
 
-def _naive_redis_worker(url: str, key: str, barrier: Any, results: Any) -> None:
-    """The field's old pop: ZRANGEBYSCORE, then ZREM in a second round trip."""
-    client = redis.Redis.from_url(url)
-    got: list[str] = []
-    barrier.wait()
-    while True:
-        ids = client.zrangebyscore(key, "-inf", time.time() * 1000, start=0, num=BATCH)
-        if not ids:
-            break
-        client.zrem(key, *ids)
-        got.extend(i.decode() for i in ids)
-    results.put(got)
+@dataclass
+class Prepared:
+    """One filled queue, ready for a race."""
+
+    job: str
+    kwargs: dict[str, Any]  # the same for every worker
+    left: Callable[[], int]  # items still in the queue afterwards
 
 
-def _race(worker: Any, args: tuple[Any, ...], processes: int) -> tuple[float, list[str]]:
-    barrier = CTX.Barrier(processes + 1)
-    results = CTX.Queue()
-    procs = [CTX.Process(target=worker, args=(*args, barrier, results)) for _ in range(processes)]
-    for p in procs:
-        p.start()
-    barrier.wait()
-    start = time.perf_counter()
-    claimed: list[str] = []
-    for _ in procs:
-        claimed.extend(results.get(timeout=600))
-    elapsed = time.perf_counter() - start
-    for p in procs:
-        p.join()
-    return elapsed, claimed
+@dataclass(frozen=True)
+class Subject:
+    store: str  # which store's row family it belongs to
+    method: str  # "onceonly", "bare", ...
+    prepare: Callable[[int, int], Prepared]  # (items, batch) -> a filled queue
+    # The grid measured; None: every batch size / process count / the store's item counts.
+    batches: tuple[int, ...] | None = None
+    processes: tuple[int, ...] | None = None
+    items: int | None = None
 
 
-def bench_store(url: str, items: int, processes: int) -> dict[str, Any]:
-    store = onceonly.connect(url)
-    store.setup()
-    name = f"bench-{secrets.token_hex(4)}"
-    q = store.queue(name)
-    for i in range(items):
-        q.put(f"i{i}")
-    store.close()
-    elapsed, claimed = _race(_claim_worker, (url, name), processes)
-    return _result(items, elapsed, claimed)
+def _ids(n: int) -> list[str]:
+    return [f"i{i}" for i in range(n)]
 
 
-def bench_naive_redis(url: str, items: int, processes: int) -> dict[str, Any]:
-    client = redis.Redis.from_url(url)
-    key = f"bench-naive-{secrets.token_hex(4)}"
-    client.zadd(key, {f"i{i}": 0 for i in range(items)})
-    elapsed, claimed = _race(_naive_redis_worker, (url, key), processes)
-    client.delete(key)
-    return _result(items, elapsed, claimed)
+def onceonly_subject(store: str, url: str) -> Subject:
+    parent = open_store(url)
+    parent.setup()
+    warm = parent.queue(f"warm-{secrets.token_hex(3)}")  # loads Redis scripts before any count
+    fill(url, warm, ["w"])
+    warm.ack_many(warm.claim(limit=1))
+
+    def prepare(n: int, batch: int) -> Prepared:
+        q = parent.queue(f"b{batch}-{secrets.token_hex(4)}")
+        fill(url, q, _ids(n))
+        return Prepared("bench.queue_jobs:onceonly_claims", {"url": url, "queue": q.name, "batch": batch},
+                        lambda: q.depth().total)
+
+    return Subject(store, "onceonly", prepare)
 
 
-def _result(items: int, elapsed: float, claimed: list[str]) -> Cell:
-    counts = Counter(claimed)
+def bare_postgres_subject(url: str) -> Subject:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(BARE_SQL["setup"])
+
+    def prepare(n: int, batch: int) -> Prepared:
+        queue = f"b{batch}-{secrets.token_hex(4)}"
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(BARE_SQL["fill"], {"queue": queue, "n": n})
+
+        def left() -> int:
+            with psycopg.connect(url, autocommit=True) as conn:
+                row = conn.execute("SELECT count(*) FROM bench_bare_queue WHERE queue = %s", (queue,)).fetchone()
+                return int(row[0]) if row else 0
+
+        return Prepared("bench.queue_jobs:bare_postgres", {"url": url, "queue": queue, "batch": batch}, left)
+
+    return Subject("postgresql", "bare: SKIP LOCKED UPDATE + DELETE", prepare)
+
+
+def redis_set_subject(places: Places, method: str, job: str, locks: bool = False) -> Subject:
+    """The Redis alternatives: all work on a plain sorted set of due ids."""
+    client = redis.Redis.from_url(places.redis_server_url)
+
+    def prepare(n: int, batch: int) -> Prepared:
+        key = f"{places.redis_prefix}:set:{secrets.token_hex(4)}"
+        ids = _ids(n)
+        for start in range(0, n, ZADD_CHUNK):
+            client.zadd(key, dict.fromkeys(ids[start:start + ZADD_CHUNK], 0))
+        kwargs = {"url": places.redis_server_url, "key": key, "batch": batch}
+        if locks:
+            kwargs["lock_prefix"] = f"{key}:lock"
+        return Prepared(job, kwargs, lambda: int(client.zcard(key)))
+
+    return Subject("redis", method, prepare)
+
+
+def subjects(places: Places, sizes: Sizes) -> list[Subject]:
+    """Every claim method, onceonly first in each store's family. onceonly and
+    the bare statements run the whole grid; the racy pop runs the headline
+    batch (its duplicates grow with processes); the Lock per item, three round
+    trips per item, runs the headline cell on fewer items."""
+    urls = places.store_urls()
+    head = (sizes.headline_batch,)
+    racy = redis_set_subject(places, "racy two-step pop (ZRANGEBYSCORE, ZREM)", "bench.queue_jobs:racy_redis")
+    lock = redis_set_subject(places, "redis-py Lock per item", "bench.queue_jobs:lock_per_item", locks=True)
+    return [
+        onceonly_subject("postgresql", urls["postgresql"]),
+        bare_postgres_subject(places.postgres_url),
+        onceonly_subject("redis", urls["redis"]),
+        redis_set_subject(places, "bare: one-script pop, no lease", "bench.queue_jobs:bare_redis"),
+        replace(racy, batches=head, processes=sizes.racy_processes),
+        replace(lock, batches=head, processes=(sizes.headline_processes,), items=sizes.lock_items),
+        onceonly_subject("dynamodb", urls["dynamodb"]),
+    ]
+
+
+def cells(subject: Subject, sizes: Sizes) -> Iterator[tuple[int, int, int]]:
+    """(batch, processes, items) of every cell measured for a subject."""
+    for batch in subject.batches or sizes.batches:
+        for processes in subject.processes or sizes.processes:
+            yield batch, processes, subject.items or sizes.items[subject.store][batch]
+
+
+def measure(workers: Workers, subject: Subject, batch: int, processes: int, n: int, rep: int) -> dict[str, Any]:
+    prepared = subject.prepare(n, batch)
+    race = workers.race(prepared.job, [prepared.kwargs] * processes)
+    handed = Counter(i for r in race.results for i in r["ids"])
+    calls: Counter[str] = Counter()
+    round_trips: Counter[str] = Counter()
+    for r in race.results:
+        calls.update(r["calls"])
+        round_trips.update(r["round_trips"])
     return {
-        "per_second": len(counts) / elapsed,
-        "duplicates": sum(c - 1 for c in counts.values()),
-        "lost": items - len(counts),
+        "section": "claims", "store": subject.store, "method": subject.method, "batch": batch,
+        "processes": processes, "rep": rep, "items": n, "elapsed": race.elapsed,
+        "per_second": len(handed) / race.elapsed,
+        "duplicates": sum(c - 1 for c in handed.values()), "lost": n - len(handed), "left": prepared.left(),
+        "overlapped": processes == 1 or race.overlapped,
+        "calls": dict(calls), "round_trips": dict(round_trips),
+        "acks_on_claim": any(r.get("acks_on_claim") for r in race.results),
+        "refused_acks": sum(r.get("refused_acks", 0) for r in race.results),
     }
 
 
-def main() -> int:
-    # dynalite ignores credentials, boto3 still wants some: never real ones here.
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        os.environ[var] = "bench"
-    os.environ.pop("AWS_PROFILE", None)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=2000, help="items per run (dynalite gets a third)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is reported")
-    parser.add_argument("--out", type=Path, help="write the markdown table here")
-    args = parser.parse_args()
+def run(workers: Workers, places: Places, sizes: Sizes) -> list[dict[str, Any]]:
+    runs = []
+    for subject in subjects(places, sizes):
+        for batch, processes, n in cells(subject, sizes):
+            for rep in range(sizes.repeat):
+                runs.append(measure(workers, subject, batch, processes, n, rep))
+                print(f"claims: {subject.store} / {subject.method}, batch {batch}, {processes} proc: "
+                      f"{runs[-1]['per_second']:,.0f} items/s", file=sys.stderr, flush=True)
+    return runs
 
-    servers = LocalServers()
-    try:
-        endpoint = servers.dynalite()
-        urls = {
-            "PostgreSQL (onceonly, 1 statement)": servers.postgres(),
-            "Redis (onceonly, 1 Lua script)": servers.redis(),
-            "DynamoDB/dynalite (onceonly, sharded GSI)": (
-                f"dynamodb://bench-{secrets.token_hex(3)}?region=us-east-1&endpoint_url={endpoint}"
-            ),
-        }
-        rows: list[tuple[str, dict[int, dict[str, Any]]]] = []
-        for label, url in urls.items():
-            n = args.items // 3 if url.startswith("dynamodb") else args.items
-            rows.append((label, {p: median_of_runs(lambda u=url, n=n, p=p: bench_store(u, n, p), args.repeat)
-                                 for p in PROCESS_COUNTS}))
-            print(f"done: {label}", file=sys.stderr)
-        redis_url = urls["Redis (onceonly, 1 Lua script)"]
-        rows.append(("Redis, old two-step pop (ZRANGEBYSCORE + ZREM)",
-                     {p: median_of_runs(lambda p=p: bench_naive_redis(redis_url, args.items, p), args.repeat)
-                      for p in PROCESS_COUNTS}))
-    finally:
-        servers.stop()
-    publish(_markdown(rows, args.items), args.out)
-    return 0
-
-
-def _markdown(rows: list[tuple[str, dict[int, Cell]]], items: int) -> str:
-    base = rows[0][1][1]["per_second"]
-    lines = [
-        "| method | " + " | ".join(f"{p} proc claims/s (x PG 1 proc)" for p in PROCESS_COUNTS)
-        + " | duplicates (worst run) |",
-        "|---|" + "---|" * (len(PROCESS_COUNTS) + 1),
-    ]
-    for label, cells in rows:
-        lines.append(f"| {label} | {ratio_cells(cells, base)} | {worst(cells, 'duplicates')} |")
-    lines.append("")
-    lines.append(f"{items} items per run (dynalite: {items // 3}), batches of {BATCH}, claim + ack_many, "
-                 f"median of runs; {platform.python_version()}, {multiprocessing.cpu_count()} cores.")
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The benchmark report's verdicts (bench/targets.py): a missed ratio says
+MISSED, a figure that was not measured is never "met"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.sizes import SMOKE
+from bench.summary import Figure
+from bench.targets import BARE_PG, evaluate
+
+BATCH, PROCESSES = SMOKE.headline_batch, SMOKE.headline_processes
+
+
+def _claims(store: str, method: str, per_second: float, trips: float = 1.0) -> dict[str, Any]:
+    return {"section": "claims", "store": store, "method": method, "batch": BATCH, "processes": PROCESSES,
+            "per_second": per_second, "calls": {"claim": 10, "ack": 10},
+            "round_trips": {"claim": int(10 * trips), "ack": int(10 * trips)}}
+
+
+def _verdicts(runs: list[dict[str, Any]]) -> dict[str, bool | None]:
+    return {t.goal: t.met for t in evaluate(runs, SMOKE)}
+
+
+def test_nothing_measured_is_never_met() -> None:
+    assert set(_verdicts([]).values()) == {None}
+
+
+def test_the_postgresql_ratio_to_the_bare_statements_is_judged_at_0_7() -> None:
+    goal = "PostgreSQL claim + ack >= 0.7x the bare SKIP LOCKED statements"
+    assert _verdicts([_claims("postgresql", "onceonly", 70), _claims("postgresql", BARE_PG, 100)])[goal] is True
+    assert _verdicts([_claims("postgresql", "onceonly", 69), _claims("postgresql", BARE_PG, 100)])[goal] is False
+
+
+def test_round_trips_above_one_per_call_miss_the_target() -> None:
+    leases = {"section": "leases", "store": "redis", "calls": dict.fromkeys(("acquire", "renew", "release",
+                                                                             "complete"), 4),
+              "round_trips": dict.fromkeys(("acquire", "renew", "release", "complete"), 4)}
+    goal = "Redis: 1 round trip per claim batch, at most 1 per ack batch, 1 per lease operation"
+    assert _verdicts([_claims("redis", "onceonly", 1, trips=1.0), leases])[goal] is True
+    assert _verdicts([_claims("redis", "onceonly", 1, trips=2.0), leases])[goal] is False
+
+
+def test_backlog_cost_must_stay_within_30_percent() -> None:
+    def probe(backlog: int, ms: float) -> dict[str, Any]:
+        return {"section": "backlog", "store": "postgresql", "backlog": backlog, "claim_ms": ms}
+
+    goal = "PostgreSQL claim cost flat within +-30% from the smallest to the largest backlog"
+    assert _verdicts([probe(2000, 1.0), probe(100_000, 1.29)])[goal] is True
+    assert _verdicts([probe(2000, 1.0), probe(100_000, 6.0)])[goal] is False
+    assert _verdicts([probe(2000, 1.0), probe(100_000, 0.6)])[goal] is False  # flat both ways
+
+
+def test_a_figure_is_the_median_with_min_and_max() -> None:
+    assert Figure.of([3.0, 1.0, 10.0]) == Figure(median=3.0, low=1.0, high=10.0, runs=3)
