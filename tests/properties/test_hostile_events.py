@@ -105,11 +105,15 @@ def dispatcher_log() -> Iterator[list[str]]:
             lines.append(formatter.format(record) if formatter else record.getMessage())
 
     collect = Collect()
+    # The module may have been imported by an earlier test at another level.
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
     logger.addHandler(collect)
     try:
         yield lines
     finally:
         logger.removeHandler(collect)
+        logger.setLevel(level)
 
 
 def dispatch_processor() -> Any:
