@@ -157,7 +157,8 @@ def with_invoice(facts: PaymentFacts, iid: str, **changes: Any) -> PaymentFacts:
     (lambda f: with_row(f, payment_id="1", asset_issuer=OTHER_ISSUER), "credited a USD invoice"),
     (lambda f: with_invoice(f, "inv_a", currency="EUR"), "credited a EUR invoice"),
     (lambda f: with_invoice(f, "inv_a", tenant_id="t2"), "credited t2's invoice"),
-    (lambda f: with_row(f, payment_id="1", to_account="acct_t2"), "to t2's account, recorded for t1"),
+    (lambda f: with_row(f, payment_id="1", to_account="acct_t2"), "to an account of t2, recorded for t1"),
+    (lambda f: with_row(f, payment_id="1", to_account="acct_x"), "to an account of nobody: not ours"),
     (lambda f: with_row(f, payment_id="1", outcome="unmatched", invoice_id=None), "not credited to it"),
     (lambda f: with_invoice(f, "inv_a", status="overdue"), "inv_a not paid"),
 ])

@@ -69,8 +69,9 @@ def judge_credited(facts: PaymentFacts, seeded: list[SeededPayment],
         if invoice is None or row["invoice_id"] != row["memo"]:
             bad.append(f"{row['payment_id']} credited to {row['invoice_id']}, memo {row['memo']}")
         elif not invoice["tenant_id"] == row["tenant_id"] == facts.accounts.get(row["to_account"]):
-            bad.append(f"{row['payment_id']} to {facts.accounts.get(row['to_account'])}'s account, recorded for "
-                       f"{row['tenant_id']}, credited {invoice['tenant_id']}'s invoice {invoice['id']}")
+            owner = facts.accounts.get(row["to_account"], "nobody: not ours")
+            bad.append(f"{row['payment_id']} to an account of {owner}, recorded for {row['tenant_id']}, credited "
+                       f"{invoice['tenant_id']}'s invoice {invoice['id']}")
         elif accepted.get(invoice["currency"]) != asset:
             bad.append(f"{row['payment_id']} in {asset[0]}:{asset[1]} credited a {invoice['currency']} invoice")
     for payment in seeded:
