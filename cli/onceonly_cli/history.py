@@ -209,9 +209,11 @@ def _holds(ops: list[_Op], duplicates: list[Violation]) -> list[_Hold]:
         hold = holds.get((op.name, op.token, op.worker)) if op.token is not None else None
         if hold is not None and op.op == "renew" and op.outcome == "ok":
             hold.until = max(hold.until, op.start + float(op.extra.get("ttl", 0.0)))
-    for op in ops:  # ...and once the holder lets go it no longer relies on it
+    for op in ops:  # ...and once the holder lets go it no longer relies on it. A refused ack or
+        # release does not end the hold: the grant was already gone, and if its ttl had not run
+        # out, whoever took it overlaps this hold.
         hold = holds.get((op.name, op.token, op.worker)) if op.token is not None else None
-        if hold is not None and op.op in ENDS_HOLD:
+        if hold is not None and op.op in ENDS_HOLD and op.outcome != "fail":
             hold.until = min(hold.until, op.start)
     for op in ops:
         if op.op in REVOKES and op.outcome == "ok" and op.end is not None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.properties.machine import LONG, SHORT, LeaseMachine, QueueMachine, StoreMachine, bind
+from tests.properties.machine import LONG, SHORT, LeaseMachine, QueueMachine, RealClock, StoreMachine, bind
 
 MACHINES = [LeaseMachine, QueueMachine]
 
@@ -26,43 +26,62 @@ def test_store_matches_the_model_soak(clocked_store, machine: type[StoreMachine]
 
 
 # -- regression examples: the minimal sequences the machines shrank to when a
-# store's guard was removed on purpose (see docs/reliability.md), replayed on
-# every store as plain tests.
+# store's guard was removed on purpose (see docs/reliability.md). Each passes
+# on every store and fails on the racy store (tests/support/racy_store.py).
 
-def test_regression_renew_after_release_is_refused(clocked_store) -> None:  # type: ignore[no-untyped-def]
-    m = bind(LeaseMachine, *clocked_store)()
-    (lease,) = m.acquire(name="a", ttl=SHORT).values
-    m.release(lease=lease)
-    assert m.renew(lease=lease, ttl=SHORT).values == ()
+def renew_after_release(lm: LeaseMachine) -> None:
+    (lease,) = lm.acquire(name="a", ttl=SHORT).values
+    lm.release(lease=lease)
+    assert lm.renew(lease=lease, ttl=SHORT).values == ()
 
 
-def test_regression_renew_after_regrant_is_refused(clocked_store) -> None:  # type: ignore[no-untyped-def]
-    m = bind(LeaseMachine, *clocked_store)()
-    (old,) = m.acquire(name="a", ttl=SHORT).values
-    m.time_passes()
-    (new,) = m.acquire(name="a", ttl=LONG).values
+def renew_after_regrant(lm: LeaseMachine) -> None:
+    (old,) = lm.acquire(name="a", ttl=SHORT).values
+    lm.time_passes()
+    (new,) = lm.acquire(name="a", ttl=LONG).values
     assert new.token > old.token
-    assert m.renew(lease=old, ttl=LONG).values == ()
-    m.complete(lease=old, keep=LONG)
-    m.inspect(name="a")
+    assert lm.renew(lease=old, ttl=LONG).values == ()
+    lm.complete(lease=old, keep=LONG)
+    lm.inspect(name="a")
 
 
-def test_regression_ack_after_reschedule_is_refused(clocked_store) -> None:  # type: ignore[no-untyped-def]
-    m = bind(QueueMachine, *clocked_store)()
-    m.put(item_id="i1", delay=None)
-    (claim,) = m.claim(limit=1, lease=SHORT).values
-    m.reschedule(claim=claim, delay=None)
-    m.ack_many(batch=[claim])
-    m.depth()
+def ack_after_reschedule(qm: QueueMachine) -> None:
+    qm.put(item_id="i1", delay=None)
+    (claim,) = qm.claim(limit=1, lease=SHORT).values
+    qm.reschedule(claim=claim, delay=None)
+    qm.ack_many(batch=[claim])
+    qm.depth()
 
 
-def test_regression_ack_after_reclaim_is_refused(clocked_store) -> None:  # type: ignore[no-untyped-def]
-    m = bind(QueueMachine, *clocked_store)()
-    m.put(item_id="i1", delay=None)
-    (old,) = m.claim(limit=1, lease=SHORT).values
-    m.time_passes()
-    (new,) = m.claim(limit=2, lease=LONG).values
-    m.ack(claim=old)
-    m.retry(claim=old, delay=0.0)
-    m.ack(claim=new)
-    m.depth()
+def ack_after_reclaim(qm: QueueMachine) -> None:
+    qm.put(item_id="i1", delay=None)
+    (old,) = qm.claim(limit=1, lease=SHORT).values
+    qm.time_passes()
+    (new,) = qm.claim(limit=2, lease=LONG).values
+    qm.ack(claim=old)
+    qm.retry(claim=old, delay=0.0)
+    qm.ack(claim=new)
+    qm.depth()
+
+
+REGRESSIONS = [(LeaseMachine, renew_after_release), (LeaseMachine, renew_after_regrant),
+               (QueueMachine, ack_after_reschedule), (QueueMachine, ack_after_reclaim)]
+IDS = [fn.__name__ for _, fn in REGRESSIONS]
+
+
+@pytest.mark.parametrize(("machine", "sequence"), REGRESSIONS, ids=IDS)
+def test_regression(clocked_store, machine, sequence) -> None:  # type: ignore[no-untyped-def]
+    sequence(bind(machine, *clocked_store)())
+
+
+@pytest.mark.parametrize(("machine", "sequence"), REGRESSIONS, ids=IDS)
+def test_regression_fails_on_the_racy_store(racy_store, machine, sequence) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(AssertionError, match="stale"):
+        sequence(bind(machine, racy_store, RealClock())())
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.__name__)
+def test_machines_find_the_racy_store_out(racy_store, machine: type[StoreMachine]) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(AssertionError):
+        run_state_machine_as_test(bind(machine, racy_store, RealClock()), settings=settings.get_profile("soak"))
