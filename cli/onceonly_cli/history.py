@@ -215,10 +215,11 @@ def _holds(ops: list[_Op], duplicates: list[Violation]) -> list[_Hold]:
         hold = holds.get((op.name, op.token, op.worker)) if op.token is not None else None
         if hold is not None and op.op in ENDS_HOLD and op.outcome != "fail":
             hold.until = min(hold.until, op.start)
+    by_name = _by_name(list(holds.values()))
     for op in ops:
         if op.op in REVOKES and op.outcome == "ok" and op.end is not None:
-            for hold in holds.values():
-                if hold.name == op.name and hold.granted < op.end:
+            for hold in by_name.get(op.name, ()):
+                if hold.granted < op.end:
                     hold.until = min(hold.until, max(hold.granted, op.start))
     return list(holds.values())
 
