@@ -10,19 +10,20 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.properties.machine import LONG, SHORT, LeaseMachine, QueueMachine, RealClock, StoreMachine, bind
+from tests.properties.profiles import DEFAULT, SOAK
 
 MACHINES = [LeaseMachine, QueueMachine]
 
 
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.__name__)
 def test_store_matches_the_model(clocked_store, machine: type[StoreMachine]) -> None:  # type: ignore[no-untyped-def]
-    run_state_machine_as_test(bind(machine, *clocked_store))
+    run_state_machine_as_test(bind(machine, *clocked_store), settings=DEFAULT)
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.__name__)
 def test_store_matches_the_model_soak(clocked_store, machine: type[StoreMachine]) -> None:  # type: ignore[no-untyped-def]
-    run_state_machine_as_test(bind(machine, *clocked_store), settings=settings.get_profile("soak"))
+    run_state_machine_as_test(bind(machine, *clocked_store), settings=SOAK)
 
 
 # -- regression examples: the minimal sequences the machines shrank to when a
@@ -83,6 +84,6 @@ def test_regression_fails_on_the_racy_store(racy_store, machine, sequence) -> No
 @pytest.mark.soak
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.__name__)
 def test_machines_find_the_racy_store_out(racy_store, machine: type[StoreMachine]) -> None:  # type: ignore[no-untyped-def]
-    found = settings(settings.get_profile("soak"), phases=[Phase.generate])  # no shrinking: finding is enough
+    found = settings(SOAK, phases=[Phase.generate])  # no shrinking: finding is enough
     with pytest.raises(AssertionError):
         run_state_machine_as_test(bind(machine, racy_store, RealClock()), settings=found)
