@@ -18,10 +18,15 @@ def clocked_store(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     """The store of ``store_url`` and the clock its expiries run on: the real
     one for server-clock stores, a fake one for DynamoDB (client time)."""
     clock: RealClock | FakeClock = RealClock()
+    store = onceonly.connect(store_url)
     if store_url.startswith("dynamodb"):
         clock = FakeClock()
-        monkeypatch.setattr(dynamodb_store, "time", clock)
-    store = onceonly.connect(store_url)
+        # A store with an injectable clock takes it as its `clock`; one that
+        # reads time.time() directly gets its module's `time` replaced.
+        if hasattr(store, "clock"):
+            monkeypatch.setattr(store, "clock", clock.time)
+        else:
+            monkeypatch.setattr(dynamodb_store, "time", clock)
     store.setup()
     yield store, clock
     store.close()
