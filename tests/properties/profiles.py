@@ -10,6 +10,6 @@ import os
 from hypothesis import HealthCheck, settings
 
 _COMMON = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-CI = settings(_COMMON, max_examples=15, stateful_step_count=20)
+CI = settings(_COMMON, max_examples=30, stateful_step_count=20)
 SOAK = settings(_COMMON, max_examples=100, stateful_step_count=40)
 DEFAULT = SOAK if os.environ.get("MODEL_PROFILE") == "soak" else CI

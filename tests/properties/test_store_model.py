@@ -10,6 +10,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.properties.machine import LONG, SHORT, LeaseMachine, QueueMachine, RealClock, StoreMachine, bind
+from tests.properties.model import SLACK
 from tests.properties.profiles import DEFAULT, SOAK
 
 MACHINES = [LeaseMachine, QueueMachine]
@@ -31,38 +32,42 @@ def test_store_matches_the_model_soak(clocked_store, machine: type[StoreMachine]
 # on every store and fails on the racy store (tests/support/racy_store.py).
 
 def renew_after_release(lm: LeaseMachine) -> None:
-    (lease,) = lm.acquire(name="a", ttl=SHORT).values
-    lm.release(lease=lease)
-    assert lm.renew(lease=lease, ttl=SHORT).values == ()
+    lm.acquire(name="a", ttl=SHORT)
+    lm.release(pick=0)
+    lm.renew(pick=0, ttl=SHORT)
+    assert len(lm.leases) == 1  # refused: no renewed lease
 
 
 def renew_after_regrant(lm: LeaseMachine) -> None:
-    (old,) = lm.acquire(name="a", ttl=SHORT).values
-    lm.time_passes()
-    (new,) = lm.acquire(name="a", ttl=LONG).values
+    lm.acquire(name="a", ttl=SHORT)
+    lm.time_passes(seconds=SHORT + 4 * SLACK)
+    lm.acquire(name="a", ttl=LONG)
+    old, new = lm.leases
     assert new.token > old.token
-    assert lm.renew(lease=old, ttl=LONG).values == ()
-    lm.complete(lease=old, keep=LONG)
+    lm.renew(pick=0, ttl=LONG)
+    assert len(lm.leases) == 2
+    lm.complete(pick=0, keep=LONG)
     lm.inspect(name="a")
 
 
 def ack_after_reschedule(qm: QueueMachine) -> None:
     qm.put(item_id="i1", delay=None)
-    (claim,) = qm.claim(limit=1, lease=SHORT).values
-    qm.reschedule(claim=claim, delay=None)
-    qm.ack_many(batch=[claim])
-    qm.depth()
+    qm.claim(limit=1, lease=SHORT)
+    qm.reschedule(pick=0, delay=None)
+    qm.ack_many(picks=[0])
+    qm.check_depth()
 
 
 def ack_after_reclaim(qm: QueueMachine) -> None:
     qm.put(item_id="i1", delay=None)
-    (old,) = qm.claim(limit=1, lease=SHORT).values
-    qm.time_passes()
-    (new,) = qm.claim(limit=2, lease=LONG).values
-    qm.ack(claim=old)
-    qm.retry(claim=old, delay=0.0)
-    qm.ack(claim=new)
-    qm.depth()
+    qm.claim(limit=1, lease=SHORT)
+    qm.time_passes(seconds=SHORT + 4 * SLACK)
+    qm.claim(limit=2, lease=LONG)
+    assert len(qm.claims) == 2
+    qm.ack(pick=0)
+    qm.retry(pick=0, delay=0.0)
+    qm.ack(pick=1)
+    qm.check_depth()
 
 
 REGRESSIONS = [(LeaseMachine, renew_after_release), (LeaseMachine, renew_after_regrant),
