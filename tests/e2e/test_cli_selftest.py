@@ -113,3 +113,12 @@ def test_selftest_fails_on_a_racy_store(redis_server_url: str, tmp_path: Path) -
     console = Console(record=True, width=120)
     render(result, console)
     assert "FAIL" in console.export_text()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ((), "no store"),
+    (("--store", "mysql://x"), "expected postgresql://"),
+    (("--store", "redis://127.0.0.1:1/0"), "unreachable"),
+])
+def test_selftest_errors_are_one_line(args: tuple[str, ...], expected: str) -> None:
+    assert expected in one_line_error(run_cli("selftest", *args))
