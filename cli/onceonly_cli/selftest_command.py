@@ -36,14 +36,17 @@ def selftest_command(args: argparse.Namespace) -> int:
                        "or set ONCEONLY_STORE_URL")
     if targets.scheme(url) not in ("postgresql", "redis", "dynamodb"):
         raise CliError(f"bad store URL {redact(url)!r}: expected postgresql://, redis:// or dynamodb://")
+    plan = Plan(targets.new_prefix(), procs=args.procs, items=args.items, seconds=args.seconds)
+    store_url = targets.run_url(url, plan.prefix)
+    # Connect (and set up, idempotently) first: an unreachable store fails here
+    # in one clear line. Where data would be refused, the tables exist already.
+    store = open_store(store_url, setup=True)
     other = targets.other_data(url)
     if other and not args.yes:
+        store.close()
         raise CliError(f"{redact(url)} holds other onceonly data ({other}); the selftest writes only "
                        f"under its own {targets.PREFIX}… names and removes them, but it loads the store: "
                        "pass --yes to run it anyway")
-    plan = Plan(targets.new_prefix(), procs=args.procs, items=args.items, seconds=args.seconds)
-    store_url = targets.run_url(url, plan.prefix)
-    store = open_store(store_url, setup=True)
     console = Console()
     console.print(f"selftest on {redact(url)}: {plan.procs} processes, {plan.items} items, "
                   f"up to {plan.seconds:g} s, names under {plan.prefix}")

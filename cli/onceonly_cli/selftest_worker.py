@@ -21,6 +21,7 @@ CLAIM_BATCH = 5
 STALL_CHANCE = 0.15  # a worker pauses past its lease: its release/ack is then stale if someone took over
 RETRY_CHANCE = 0.1
 LEASE_SHARE = 0.3  # rounds on hot lease names; the rest work the queue
+WORK_SECONDS = 0.02  # at most, per claimed batch
 _T = TypeVar("_T")
 
 
@@ -131,6 +132,7 @@ def _queue_round(queue: Queue, writer: HistoryWriter, rng: random.Random, plan: 
             return False
         time.sleep(0.05)  # the rest is in flight: it comes back if its holder stalls
         return True
+    time.sleep(rng.uniform(0, WORK_SECONDS))  # the work: holds last a while, as real ones do
     _stall(rng, plan)
     if rng.random() < RETRY_CHANCE:
         first, claims = claims[0], claims[1:]

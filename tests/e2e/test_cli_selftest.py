@@ -27,7 +27,8 @@ from tests.support.scratch import delete_prefix, delete_table, scratch_database,
 from .cli_support import one_line_error, run_cli
 
 pytestmark = pytest.mark.concurrency
-RUN = ("--procs", "3", "--items", "60", "--seconds", "5")
+RUN = ("--procs", "3", "--items", "60", "--seconds", "4")
+SMALL_RUN = ("--procs", "2", "--items", "20", "--seconds", "2")
 
 
 @pytest.fixture(params=["postgres", "redis", "dynamodb"])
@@ -84,10 +85,10 @@ def test_selftest_passes_leaves_nothing_and_guards_other_data(own_store_url: str
         assert store.acquire("users-own-job", ttl=60) is not None
     finally:
         store.close()
-    refused = run_cli("selftest", "--store", own_store_url, *RUN)
+    refused = run_cli("selftest", "--store", own_store_url, *SMALL_RUN)
     assert "--yes" in one_line_error(refused)
     assert "PASS" not in refused.stdout
-    allowed = run_cli("selftest", "--store", own_store_url, *RUN, "--yes", timeout=180)
+    allowed = run_cli("selftest", "--store", own_store_url, *SMALL_RUN, "--yes", timeout=180)
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert selftest_records(own_store_url) == []
     store = onceonly.connect(own_store_url)
@@ -112,3 +113,12 @@ def test_selftest_fails_on_a_racy_store(redis_server_url: str, tmp_path: Path) -
     console = Console(record=True, width=120)
     render(result, console)
     assert "FAIL" in console.export_text()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ((), "no store"),
+    (("--store", "mysql://x"), "expected postgresql://"),
+    (("--store", "redis://127.0.0.1:1/0"), "unreachable"),
+])
+def test_selftest_errors_are_one_line(args: tuple[str, ...], expected: str) -> None:
+    assert expected in one_line_error(run_cli("selftest", *args))

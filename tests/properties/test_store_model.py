@@ -6,63 +6,89 @@ regression tests."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.properties.machine import LONG, SHORT, LeaseMachine, QueueMachine, StoreMachine, bind
+from tests.properties.machine import LONG, SHORT, LeaseMachine, QueueMachine, RealClock, StoreMachine, bind
+from tests.properties.model import SLACK
+from tests.properties.profiles import DEFAULT, SOAK
 
 MACHINES = [LeaseMachine, QueueMachine]
 
 
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.__name__)
 def test_store_matches_the_model(clocked_store, machine: type[StoreMachine]) -> None:  # type: ignore[no-untyped-def]
-    run_state_machine_as_test(bind(machine, *clocked_store))
+    run_state_machine_as_test(bind(machine, *clocked_store), settings=DEFAULT)
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.__name__)
 def test_store_matches_the_model_soak(clocked_store, machine: type[StoreMachine]) -> None:  # type: ignore[no-untyped-def]
-    run_state_machine_as_test(bind(machine, *clocked_store), settings=settings.get_profile("soak"))
+    run_state_machine_as_test(bind(machine, *clocked_store), settings=SOAK)
 
 
 # -- regression examples: the minimal sequences the machines shrank to when a
-# store's guard was removed on purpose (see docs/reliability.md), replayed on
-# every store as plain tests.
+# store's guard was removed on purpose (see docs/reliability.md). Each passes
+# on every store and fails on the racy store (tests/support/racy_store.py).
 
-def test_regression_renew_after_release_is_refused(clocked_store) -> None:  # type: ignore[no-untyped-def]
-    m = bind(LeaseMachine, *clocked_store)()
-    (lease,) = m.acquire(name="a", ttl=SHORT).values
-    m.release(lease=lease)
-    assert m.renew(lease=lease, ttl=SHORT).values == ()
+def renew_after_release(lm: LeaseMachine) -> None:
+    lm.acquire(name="a", ttl=SHORT)
+    lm.release(pick=0)
+    lm.renew(pick=0, ttl=SHORT)
+    assert len(lm.leases) == 1  # refused: no renewed lease
 
 
-def test_regression_renew_after_regrant_is_refused(clocked_store) -> None:  # type: ignore[no-untyped-def]
-    m = bind(LeaseMachine, *clocked_store)()
-    (old,) = m.acquire(name="a", ttl=SHORT).values
-    m.time_passes()
-    (new,) = m.acquire(name="a", ttl=LONG).values
+def renew_after_regrant(lm: LeaseMachine) -> None:
+    lm.acquire(name="a", ttl=SHORT)
+    lm.time_passes(seconds=SHORT + 4 * SLACK)
+    lm.acquire(name="a", ttl=LONG)
+    old, new = lm.leases
     assert new.token > old.token
-    assert m.renew(lease=old, ttl=LONG).values == ()
-    m.complete(lease=old, keep=LONG)
-    m.inspect(name="a")
+    lm.renew(pick=0, ttl=LONG)
+    assert len(lm.leases) == 2
+    lm.complete(pick=0, keep=LONG)
+    lm.inspect(name="a")
 
 
-def test_regression_ack_after_reschedule_is_refused(clocked_store) -> None:  # type: ignore[no-untyped-def]
-    m = bind(QueueMachine, *clocked_store)()
-    m.put(item_id="i1", delay=None)
-    (claim,) = m.claim(limit=1, lease=SHORT).values
-    m.reschedule(claim=claim, delay=None)
-    m.ack_many(batch=[claim])
-    m.depth()
+def ack_after_reschedule(qm: QueueMachine) -> None:
+    qm.put(item_id="i1", delay=None)
+    qm.claim(limit=1, lease=SHORT)
+    qm.reschedule(pick=0, delay=None)
+    qm.ack_many(picks=[0])
+    qm.check_depth()
 
 
-def test_regression_ack_after_reclaim_is_refused(clocked_store) -> None:  # type: ignore[no-untyped-def]
-    m = bind(QueueMachine, *clocked_store)()
-    m.put(item_id="i1", delay=None)
-    (old,) = m.claim(limit=1, lease=SHORT).values
-    m.time_passes()
-    (new,) = m.claim(limit=2, lease=LONG).values
-    m.ack(claim=old)
-    m.retry(claim=old, delay=0.0)
-    m.ack(claim=new)
-    m.depth()
+def ack_after_reclaim(qm: QueueMachine) -> None:
+    qm.put(item_id="i1", delay=None)
+    qm.claim(limit=1, lease=SHORT)
+    qm.time_passes(seconds=SHORT + 4 * SLACK)
+    qm.claim(limit=2, lease=LONG)
+    assert len(qm.claims) == 2
+    qm.ack(pick=0)
+    qm.retry(pick=0, delay=0.0)
+    qm.ack(pick=1)
+    qm.check_depth()
+
+
+REGRESSIONS = [(LeaseMachine, renew_after_release), (LeaseMachine, renew_after_regrant),
+               (QueueMachine, ack_after_reschedule), (QueueMachine, ack_after_reclaim)]
+IDS = [fn.__name__ for _, fn in REGRESSIONS]
+
+
+@pytest.mark.parametrize(("machine", "sequence"), REGRESSIONS, ids=IDS)
+def test_regression(clocked_store, machine, sequence) -> None:  # type: ignore[no-untyped-def]
+    sequence(bind(machine, *clocked_store)())
+
+
+@pytest.mark.parametrize(("machine", "sequence"), REGRESSIONS, ids=IDS)
+def test_regression_fails_on_the_racy_store(racy_store, machine, sequence) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(AssertionError, match="stale"):
+        sequence(bind(machine, racy_store, RealClock())())
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.__name__)
+def test_machines_find_the_racy_store_out(racy_store, machine: type[StoreMachine]) -> None:  # type: ignore[no-untyped-def]
+    found = settings(SOAK, phases=[Phase.generate])  # no shrinking: finding is enough
+    with pytest.raises(AssertionError):
+        run_state_machine_as_test(bind(machine, racy_store, RealClock()), settings=found)
