@@ -15,7 +15,7 @@ from .sizes import sized, sizes
 
 QUICK = {"processes": 3, "items": 120, "dynamodb_items": 60, "ticks": 4, "faults": 6,
          "die_after_effect": 0.01, "die_in_call": 0.005}
-SOAK = {"processes": 16, "items": 10000, "dynamodb_items": 2000, "ticks": 40, "faults": 150,
+SOAK = {"processes": 16, "items": 20000, "dynamodb_items": 2000, "ticks": 40, "faults": 150,
         "die_after_effect": 0.003, "die_in_call": 0.002, "deadline": 1400.0}
 
 
