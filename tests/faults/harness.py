@@ -53,6 +53,7 @@ class Plan:
     tick_rate: float = 0.1
     die_after_effect: float = 0.0  # a worker's chance to SIGKILL itself between a POST and its ack
     die_in_call: float = 0.0  # its chance to SIGKILL itself a few ms into a claim or an ack
+    first_death: bool = False  # worker w0.1 SIGKILLs itself right after its first POST, before its ack
     post_latency: float = 0.02  # the receiver's answer time: a kill can land mid-POST
     skews: list[float] = field(default_factory=list)  # DynamoDB clock skew per worker slot (cycled)
     deadline: float = 300.0
@@ -82,6 +83,8 @@ class Fleet:
         cfg = dict(self.cfg)
         if self.plan.skews:
             cfg["skew"] = self.plan.skews[slot % len(self.plan.skews)]
+        if self.plan.first_death and name == "w0.1":
+            cfg["die_after_effects"] = 1
         proc = CTX.Process(target=worker.run, args=(name, cfg, self.go, self.stop), name=name)
         proc.start()
         self.procs[slot], self.names[slot], self.started[slot] = proc, name, time.time()

@@ -90,6 +90,7 @@ class Worker:
         self.poster = Poster(cfg["webhook_url"], cfg["secret"], cfg["post_timeout"])
         self.store = RecordedStore(open_store(cfg), self.history)
         self.cron = scheduled(lambda: self.store, job=cfg["job"], ttl=cfg["tick_ttl"])(self._tick_body)
+        self.posted = 0
 
     def effect(self, key: str, token: int) -> bool:
         """The external side effect, recorded as op ``effect`` under the holder's token."""
@@ -103,8 +104,11 @@ class Worker:
         return 200 <= status < 300
 
     def _maybe_die(self) -> None:
-        """The crash the scenario cares most about: after the POST, before the ack."""
-        if self.rng.random() < self.cfg.get("die_after_effect", 0.0):
+        """The crash the scenario cares most about: after the POST, before the ack
+        (by chance, and for sure after the ``die_after_effects``-th POST)."""
+        self.posted += 1
+        if self.posted == self.cfg.get("die_after_effects") or \
+                self.rng.random() < self.cfg.get("die_after_effect", 0.0):
             os.kill(os.getpid(), signal.SIGKILL)
 
     def _maybe_die_in_call(self) -> None:
@@ -140,7 +144,7 @@ class Worker:
         for claim in claims:
             self.handle(claim)
         ticks = self.cfg["ticks"]
-        if ticks and self.rng.random() < self.cfg["tick_rate"]:
+        if ticks and (not claims or self.rng.random() < self.cfg["tick_rate"]):  # idle: a tick for sure
             self.cron(tick_event(self.rng.choice(ticks)), None)
         if not claims:
             time.sleep(0.05)
