@@ -102,19 +102,3 @@ def test_ack_many_is_one_round_trip(counted: Counted) -> None:
     assert counted.server_commands() == {"evalsha": 1, "time": 1, "hmget": 2, "hdel": 2, "zrem": 2}
     assert q.depth().total == 0
 
-
-def test_put_many_is_put_in_order(counted: Counted) -> None:
-    """Until the contract suite covers put_many on every store: each entry acts
-    as put would, in order, all in the one script call."""
-    q = counted.store.queue("q")
-    q.put("held", payload="old")
-    (held,) = q.claim(limit=1, lease=60)
-    with pytest.raises(onceonly.ConfigError, match=r"items\[2\]"):
-        q.put_many([("a", None, 1), ("held", None, 2), ("", None, 3)])
-    assert q.depth() == onceonly.QueueDepth(due=0, scheduled=0, in_flight=1)  # nothing written
-    assert q.put_many([("a", None, 1), ("held", None, "new"), ("a", 4102444800.0, 2)]) == 3
-    assert q.ack(held) is False  # rescheduled under its holder: fenced
-    (again,) = q.claim(limit=5, lease=60)
-    assert (again.item_id, again.payload, again.attempt) == ("held", "new", 2) and again.token > held.token
-    assert q.depth() == onceonly.QueueDepth(due=0, scheduled=1, in_flight=1)  # "a": the later entry won
-    assert q.put_many([]) == 0
