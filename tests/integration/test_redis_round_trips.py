@@ -102,3 +102,24 @@ def test_ack_many_is_one_round_trip(counted: Counted) -> None:
     assert counted.server_commands() == {"evalsha": 1, "time": 1, "hmget": 2, "hdel": 2, "zrem": 2}
     assert q.depth().total == 0
 
+
+
+
+def test_every_lease_operation_is_one_round_trip(counted: Counted) -> None:
+    store = counted.store
+    warm = store.acquire("warm-up", ttl=30)  # load each lease script once
+    assert warm is not None
+    warm = store.renew(warm, ttl=30)
+    assert store.inspect("warm-up") is not None
+    assert store.complete(warm, keep=1) is True
+    assert store.release(warm) is False  # completed: refused, but the script ran
+    counted.reset()
+    lease = store.acquire("job", ttl=30)
+    assert lease is not None
+    lease = store.renew(lease, ttl=30)
+    assert store.inspect("job") is not None
+    assert store.release(lease) is True
+    lease = store.acquire("job", ttl=30)
+    assert lease is not None and store.complete(lease, keep=60) is True
+    assert counted.round_trips == 6
+    assert counted.server_commands()["evalsha"] == 6
