@@ -103,18 +103,23 @@ def test_ack_many_is_one_round_trip(counted: Counted) -> None:
     assert q.depth().total == 0
 
 
-def test_put_many_is_put_in_order(counted: Counted) -> None:
-    """Until the contract suite covers put_many on every store: each entry acts
-    as put would, in order, all in the one script call."""
-    q = counted.store.queue("q")
-    q.put("held", payload="old")
-    (held,) = q.claim(limit=1, lease=60)
-    with pytest.raises(onceonly.ConfigError, match=r"items\[2\]"):
-        q.put_many([("a", None, 1), ("held", None, 2), ("", None, 3)])
-    assert q.depth() == onceonly.QueueDepth(due=0, scheduled=0, in_flight=1)  # nothing written
-    assert q.put_many([("a", None, 1), ("held", None, "new"), ("a", 4102444800.0, 2)]) == 3
-    assert q.ack(held) is False  # rescheduled under its holder: fenced
-    (again,) = q.claim(limit=5, lease=60)
-    assert (again.item_id, again.payload, again.attempt) == ("held", "new", 2) and again.token > held.token
-    assert q.depth() == onceonly.QueueDepth(due=0, scheduled=1, in_flight=1)  # "a": the later entry won
-    assert q.put_many([]) == 0
+
+
+def test_every_lease_operation_is_one_round_trip(counted: Counted) -> None:
+    store = counted.store
+    warm = store.acquire("warm-up", ttl=30)  # load each lease script once
+    assert warm is not None
+    warm = store.renew(warm, ttl=30)
+    assert store.inspect("warm-up") is not None
+    assert store.complete(warm, keep=1) is True
+    assert store.release(warm) is False  # completed: refused, but the script ran
+    counted.reset()
+    lease = store.acquire("job", ttl=30)
+    assert lease is not None
+    lease = store.renew(lease, ttl=30)
+    assert store.inspect("job") is not None
+    assert store.release(lease) is True
+    lease = store.acquire("job", ttl=30)
+    assert lease is not None and store.complete(lease, keep=60) is True
+    assert counted.round_trips == 6
+    assert counted.server_commands()["evalsha"] == 6
