@@ -36,6 +36,17 @@ class Claim:
     lease_expires_at: float  # epoch seconds, by the store's clock
 
 
+class ClaimBatch(list[Claim]):
+    """What :meth:`Queue.claim` returns: the claims (a plain list of them), and
+    ``acked``: for each claim passed as ``acks=``, in the order given, whether it
+    was acked, exactly as :meth:`Queue.ack_many` would report it (False: the
+    item had been re-granted, rescheduled or already acked)."""
+
+    def __init__(self, claims: Iterable[Claim] = (), acked: Iterable[bool] = ()) -> None:
+        super().__init__(claims)
+        self.acked: list[bool] = list(acked)
+
+
 @dataclass(frozen=True)
 class QueueDepth:
     due: int  # claimable now (including items whose lease expired)
@@ -69,9 +80,15 @@ class Queue(Protocol):
     def cancel(self, item_id: str) -> bool:
         """Remove the item whatever its state. False if it was not there."""
 
-    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
+    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
         """Atomically take up to ``limit`` items that are due or whose lease expired.
-        Concurrent callers always get disjoint sets. Empty list when nothing is due."""
+        Concurrent callers always get disjoint sets. Empty list when nothing is due.
+
+        ``acks``: claims to :meth:`ack_many` first, so that a worker loop costs one
+        call per batch (``claims = q.claim(limit, lease, acks=claims)``; on Redis
+        one round trip). Their results are the returned batch's ``acked``. On a
+        StoreUnavailableError the acks may or may not have been applied: ack them
+        again (a repeated ack is refused, the item stays removed)."""
 
     def ack(self, claim: Claim) -> bool:
         """Remove the item if ``claim`` still holds it. False if it was re-granted."""

@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
 import onceonly
-
-
-@pytest.fixture(autouse=True)
-def _redis_put_many_pending(request: pytest.FixtureRequest, store_url: str) -> Iterator[None]:
-    # Redis's put_many is written on another branch (perfredis). Strict: once it
-    # lands these pass, the marker fails the run, and this fixture must go.
-    if store_url.startswith("redis"):
-        request.applymarker(pytest.mark.xfail(strict=True, raises=AttributeError,
-                                              reason="Redis put_many lands with the perfredis branch"))
-    yield
 
 
 def test_put_many_schedules_every_item(store: onceonly.Store, unique: str) -> None:

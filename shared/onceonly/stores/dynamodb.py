@@ -591,7 +591,7 @@ def _page_size(needed: int) -> int:
     return needed + max(2, needed // 4)
 
 
-class DynamoDBQueue:
+class DynamoDBQueue(common.AcksThenClaim):
     """A due queue on the store's table; see the module docstring for the layout."""
 
     def __init__(self, store: DynamoDBStore, name: str) -> None:
@@ -690,7 +690,7 @@ class DynamoDBQueue:
         return bool(response.get("Attributes"))
 
     # -- claim ------------------------------------------------------------
-    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
+    def _claim(self, limit: int, lease: float) -> list[Claim]:
         """See :class:`onceonly.Queue`. Walks the shards from a random one, so
         concurrent claimers start apart. If DynamoDB fails after some items were
         granted, those are returned (the failure is logged) rather than lost."""

@@ -126,7 +126,7 @@ class PostgresStore:
         return PostgresQueue(self, common.check_name(name, "queue name"))
 
 
-class PostgresQueue:
+class PostgresQueue(common.AcksThenClaim):
     def __init__(self, store: PostgresStore, name: str) -> None:
         self._store = store
         self.name = name
@@ -151,7 +151,7 @@ class PostgresQueue:
         item_id = common.check_name(item_id, "item_id")
         return bool(self._store._run("cancel", {"queue": self.name, "item_id": item_id}))
 
-    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
+    def _claim(self, limit: int, lease: float) -> list[Claim]:
         params = {"queue": self.name, "owner": common.new_owner(), "limit": common.check_limit(limit),
                   "lease": common.check_seconds(lease, "lease")}
         return [Claim(queue=self.name, **row) for row in self._store._run("claim", params)]
