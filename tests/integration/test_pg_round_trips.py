@@ -42,7 +42,15 @@ def test_one_statement_per_operation(store: onceonly.Store, unique: str, stateme
     for _ in range(3):
         claims = q.claim(limit=25, lease=60)
         assert len(claims) == 25 and all(q.ack_many(claims))
-    assert statements == [SQL["claim"], SQL["ack_many"]] * 3
+    assert statements == [SQL["claim"]] * 6  # claim, and ack_many, are one statement each
+    statements.clear()
+
+    # A worker loop: the previous batch's acks ride on the next claim.
+    claims = q.claim(limit=25, lease=60)
+    for _ in range(3):
+        claims = q.claim(limit=25, lease=60, acks=claims)
+        assert len(claims) == 25 and claims.acked == [True] * 25
+    assert statements == [SQL["claim"]] * 4
 
 
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)

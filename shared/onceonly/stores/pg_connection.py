@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-import select
+import selectors
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -68,8 +68,15 @@ def check_on_checkout(conn: psycopg.Connection[Any]) -> None:
     replaces it. A link that died without a word is the keepalives' and the
     reply bound's to catch. Pinging on every checkout doubled the round trips
     of every store operation."""
-    if conn.closed or conn.broken or select.select([conn.fileno()], [], [], 0)[0]:
+    if conn.closed or conn.broken or _has_input(conn.fileno()):
         ConnectionPool.check_connection(conn)
+
+
+def _has_input(fd: int) -> bool:
+    # selectors, not select.select: that one fails for descriptors >= 1024.
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(timeout=0))
 
 
 def is_rds_proxy_host(conninfo: str) -> bool:

@@ -12,7 +12,7 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
-from ..api import Claim, Lease, LeaseState, QueueDepth
+from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
 from ..errors import LeaseLostError, StoreNotReadyError, StoreUnavailableError
 from . import _common as common
 from .pgpool import bounded_pool
@@ -126,7 +126,7 @@ class PostgresStore:
         return PostgresQueue(self, common.check_name(name, "queue name"))
 
 
-class PostgresQueue(common.AcksThenClaim):
+class PostgresQueue:
     def __init__(self, store: PostgresStore, name: str) -> None:
         self._store = store
         self.name = name
@@ -151,27 +151,34 @@ class PostgresQueue(common.AcksThenClaim):
         item_id = common.check_name(item_id, "item_id")
         return bool(self._store._run("cancel", {"queue": self.name, "item_id": item_id}))
 
-    def _claim(self, limit: int, lease: float) -> list[Claim]:
-        params = {"queue": self.name, "owner": common.new_owner(), "limit": common.check_limit(limit),
-                  "lease": common.check_seconds(lease, "lease")}
-        return [Claim(queue=self.name, **row) for row in self._store._run("claim", params)]
+    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
+        """The acks and the claim in one statement (postgres.sql): one round trip,
+        one transaction; every argument is checked first."""
+        acks = common.check_claims(acks, self.name)
+        claims, acked = self._ack_and_claim(acks, common.check_limit(limit), common.check_seconds(lease, "lease"))
+        return ClaimBatch(claims, acked)
 
     def ack(self, claim: Claim) -> bool:
         return self.ack_many([claim])[0]
 
     def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
         claims = common.check_claims(claims, self.name)
-        if not claims:
-            return []
-        params = {"queue": self.name, "item_ids": [c.item_id for c in claims],
-                  "tokens": [c.token for c in claims], "owners": [c.owner for c in claims]}
-        deleted = {(r["item_id"], r["token"], r["owner"]) for r in self._store._run("ack_many", params)}
+        return self._ack_and_claim(claims, 0, 1.0)[1] if claims else []
+
+    def _ack_and_claim(self, acks: Sequence[Claim], limit: int, lease: float) -> tuple[list[Claim], list[bool]]:
+        params = {"queue": self.name, "item_ids": [c.item_id for c in acks], "tokens": [c.token for c in acks],
+                  "owners": [c.owner for c in acks], "owner": common.new_owner(), "limit": limit, "lease": lease}
+        rows: dict[str, list[dict[str, Any]]] = {"acked": [], "claimed": []}
+        for row in self._store._run("claim", params):
+            rows[row.pop("kind")].append(row)
+        deleted = {(r["item_id"], r["token"], r["owner"]) for r in rows["acked"]}
+        claims = [Claim(queue=self.name, **row) for row in rows["claimed"]]
         # One delete per grant: a claim listed twice is acked once, as on Redis.
-        results = []
-        for claim in claims:
-            results.append(common.grant_key(claim) in deleted)
+        acked = []
+        for claim in acks:
+            acked.append(common.grant_key(claim) in deleted)
             deleted.discard(common.grant_key(claim))
-        return results
+        return claims, acked
 
     def retry(self, claim: Claim, due_at: float) -> bool:
         claim, due = common.check_claim(claim, self.name), common.check_retry_due_at(due_at)

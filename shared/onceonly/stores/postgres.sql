@@ -149,14 +149,29 @@ ON CONFLICT (queue, item_id) DO UPDATE
 DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RETURNING item_id;
 
 -- name: claim --
--- In: queue, owner, limit, lease (seconds). Out: the claimed rows.
--- Takes due items AND items whose lease ran out (claimable_at is the lease
--- expiry while in flight), so a crashed holder's work comes back by itself.
--- SKIP LOCKED lets concurrent claimers pass each other's rows instead of
--- queueing or double-taking them; the row lock re-checks claimable_at on rows
--- changed since the snapshot. MATERIALIZED keeps the planner from running the
--- CTE more than once and updating more than LIMIT rows (the Oban lesson).
--- Its cost is the items it takes, never the backlog, whatever the statistics:
+-- claim, ack_many and claim(acks=...) in one statement: one round trip per
+-- batch of a worker loop. In: queue; the claims to ack as parallel arrays
+-- item_ids[], tokens[], owners[] (empty to only claim); owner, limit (0 to
+-- only ack) and lease (seconds) of the claim. Out: a row per claim deleted
+-- (kind 'acked': item_id, token, owner) and per item granted (kind 'claimed').
+--
+-- Ack: a claim that was re-granted has another token/owner and stays. Each
+-- claim is one primary-key lookup (LATERAL ... LIMIT 1 cannot be turned into a
+-- hash join over the whole queue), locked so that the token and owner checked
+-- are still the row's when it is deleted by ctid.
+--
+-- Claim: takes due items AND items whose lease ran out (claimable_at is the
+-- lease expiry while in flight), so a crashed holder's work comes back by
+-- itself. SKIP LOCKED lets concurrent claimers pass each other's rows instead
+-- of queueing or double-taking them; the row lock re-checks claimable_at on
+-- rows changed since the snapshot. MATERIALIZED keeps the planner from running
+-- the CTE more than once and updating more than LIMIT rows (the Oban lesson).
+-- The rows being acked are kept out (their lease may have run out): the parts
+-- of one statement run in no promised order, and a row granted here before
+-- its ack ran would be granted again instead of acked.
+--
+-- Its cost is the items it acks and takes, never the backlog, whatever the
+-- statistics:
 -- - "now" is read once, as a sub-select (an InitPlan). A bare clock_timestamp()
 --   is volatile, so it could only filter the index range row by row (every
 --   scheduled and in-flight item, on every claim); a value computed before
@@ -168,28 +183,6 @@ DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RET
 --   The rows are locked, so their ctid cannot change. A row whose locked
 --   version is newer than this statement's snapshot (a put just rescheduled
 --   it) is skipped: it stays due for the next claim.
-WITH due AS MATERIALIZED (
-    SELECT ctid FROM onceonly_queue
-     WHERE queue = %(queue)s AND claimable_at <= (SELECT clock_timestamp())
-     ORDER BY claimable_at
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE onceonly_queue q
-   SET token = q.token + 1,
-       attempt = q.attempt + 1,
-       owner = %(owner)s,
-       claimable_at = clock_timestamp() + make_interval(secs => %(lease)s)
- WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM due))
-RETURNING q.item_id, q.payload, q.token, q.attempt, q.owner,
-          extract(epoch FROM q.claimable_at)::float8 AS lease_expires_at;
-
--- name: ack_many --
--- In: queue, item_ids[], tokens[], owners[] (parallel arrays). Out: the grants
--- deleted. A claim that was re-granted has another token/owner and stays.
--- Each claim is one primary-key lookup (LATERAL ... LIMIT 1 cannot be turned
--- into a hash join over the whole queue), locked so that the token and owner
--- checked are still the row's when it is deleted by ctid.
 WITH held AS MATERIALIZED (
     SELECT r.ctid
       FROM unnest(%(item_ids)s::text[], %(tokens)s::bigint[], %(owners)s::text[]) AS c(item_id, token, owner)
@@ -199,10 +192,30 @@ WITH held AS MATERIALIZED (
          LIMIT 1
            FOR UPDATE
      ) r
+), acked AS (
+    DELETE FROM onceonly_queue q
+     WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM held))
+    RETURNING q.item_id, q.token, q.owner
+), due AS MATERIALIZED (
+    SELECT ctid FROM onceonly_queue
+     WHERE queue = %(queue)s AND claimable_at <= (SELECT clock_timestamp())
+       AND ctid <> ALL (ARRAY(SELECT ctid FROM held))
+     ORDER BY claimable_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE onceonly_queue q
+       SET token = q.token + 1,
+           attempt = q.attempt + 1,
+           owner = %(owner)s,
+           claimable_at = clock_timestamp() + make_interval(secs => %(lease)s)
+     WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM due))
+    RETURNING q.item_id, q.payload, q.token, q.attempt, q.owner,
+              extract(epoch FROM q.claimable_at)::float8 AS lease_expires_at
 )
-DELETE FROM onceonly_queue q
- WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM held))
-RETURNING q.item_id, q.token, q.owner;
+SELECT 'claimed' AS kind, item_id, payload, token, attempt, owner, lease_expires_at FROM claimed
+UNION ALL
+SELECT 'acked', item_id, NULL, token, NULL, owner, NULL FROM acked;
 
 -- name: retry --
 -- In: queue, item_id, token, owner, due_at. Back to waiting, if still held.
