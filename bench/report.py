@@ -101,7 +101,8 @@ class Report:
         out = ["## Claim + ack, per store", "",
                "P processes (each connected before one barrier releases them all) claim batches and ack them "
                "until the queue is empty. Items/s = distinct items handed out / wall time. Round trips are "
-               "counted on the client (see Method) per claim call and per ack call.", ""]
+               "counted on the client (see Method) per claim call and per ack call; \"claim + acks\": the "
+               "store's `claim(acks=...)` carries the previous batch's acks, so there is no ack call.", ""]
         rates = figures(self.runs, "claims", ("store", "method", "batch", "processes"))
         processes = self.sizes.processes
         for store in STORES:
@@ -112,9 +113,7 @@ class Report:
                     match = {"store": store, "method": method, "batch": batch}
                     if not any((store, method, batch, p) in rates for p in processes):
                         continue
-                    kinds = sorted({k for r in self.runs if r["section"] == "claims" and r["store"] == store
-                                    and r["method"] == method for k in r["calls"]})
-                    trips = ", ".join(f"{k} {_trips(per_call(self.runs, 'claims', k, **match))}" for k in kinds)
+                    trips = self._trips_per_call(match)
                     rows.append([method, str(batch), *(_rate(rates.get((store, method, batch, p))) for p in processes),
                                  trips, " / ".join(str(worst(self.runs, "claims", f, **match))
                                                    for f in ("duplicates", "lost", "left"))])
@@ -124,6 +123,13 @@ class Report:
             if store in BARES:
                 out += self._ratios(store, rates)
         return out
+
+    def _trips_per_call(self, match: dict[str, Any]) -> str:
+        runs = [r for r in self.runs if r["section"] == "claims" and all(r[k] == v for k, v in match.items())]
+        carried = any(r.get("acks_on_claim") for r in runs)
+        kinds = sorted({k for r in runs for k in r["calls"]})
+        return ", ".join(f"{'claim + acks' if k == 'claim' and carried else k} "
+                         f"{_trips(per_call(self.runs, 'claims', k, **match))}" for k in kinds)
 
     def _ratios(self, store: str, rates: dict[tuple[Any, ...], Figure]) -> list[str]:
         rows = []
