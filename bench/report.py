@@ -224,7 +224,7 @@ class Report:
                           for s in STORES)
         return ["## Method", "",
                 f"- Items per claim run: {items}; redis-py Lock per item: {self.sizes.lock_items:,} (three round "
-                "trips per item). Batch 1 costs two calls per item, so PostgreSQL runs it on fewer items; dynalite "
+                "trips per item). Batch 1 costs two calls per item, so it runs on fewer items; dynalite "
                 "(a single-threaded Node.js DynamoDB stand-in, far slower than the service) gets fewer everywhere. "
                 "Each run is still seconds long. The bare statements run on the same item counts as their store.",
                 "- Round trips are counted on the client: PostgreSQL, every psycopg wait that reached the server "
