@@ -68,14 +68,21 @@ class Report:
     def _shows(self) -> list[str]:
         """What the tables do not say at a glance, in ratios and counts."""
         racy = "racy two-step pop (ZRANGEBYSCORE, ZREM)"
-        ours = worst(self.runs, "claims", "duplicates", method="onceonly")
-        out = [f"- onceonly handed out {'no item' if ours == 0 else f'**{ours:,} items**'} twice, on any store, "
-               "in any run."]
+        wrong = {f: worst(self.runs, "claims", f, method="onceonly") for f in ("duplicates", "lost", "left")}
+        if any(wrong.values()):
+            out = ["- **onceonly's runs were not clean** (worst run): "
+                   f"{wrong['duplicates']:,} extra hand-outs, {wrong['lost']:,} items never handed out, "
+                   f"{wrong['left']:,} still in the queue at the end."]
+        else:
+            out = ["- onceonly handed out every item exactly once, and every ack removed its item: no duplicate, "
+                   "nothing lost, nothing left, on any store, in any run."]
+        n = self.sizes.items["redis"][self.sizes.headline_batch]
         for p in self.sizes.racy_processes:
-            dup = worst(self.runs, "claims", "duplicates", store="redis", method=racy, processes=p)
-            n = self.sizes.items["redis"][self.sizes.headline_batch]
-            out.append(f"- The racy two-step Redis pop, {p} processes: up to {dup:,} of {n:,} items handed out twice "
-                       "in a run.")
+            match = {"store": "redis", "method": racy, "processes": p}
+            items = worst(self.runs, "claims", "duplicated_items", **match)
+            extra = worst(self.runs, "claims", "duplicates", **match)
+            out.append(f"- The racy two-step Redis pop, {p} process{'es' if p > 1 else ''}: up to {items:,} of "
+                       f"{n:,} items handed out more than once in a run ({extra:,} extra hand-outs).")
         match = {"store": "dynamodb", "method": "onceonly", "batch": self.sizes.headline_batch}
         items = sum(r["items"] for r in self.runs if r["section"] == "claims"
                     and all(r.get(k) == v for k, v in match.items()))
