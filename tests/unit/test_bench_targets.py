@@ -59,13 +59,15 @@ def test_a_claim_carrying_the_previous_acks_may_cost_one_round_trip_for_each() -
 
 
 def test_backlog_cost_must_stay_within_30_percent() -> None:
-    def probe(backlog: int, ms: float) -> dict[str, Any]:
-        return {"section": "backlog", "store": "postgresql", "backlog": backlog, "claim_ms": ms}
+    def probe(backlog: int, ms: float, empty_ms: float = 1.0) -> dict[str, Any]:
+        return {"section": "backlog", "store": "postgresql", "backlog": backlog, "claim_ms": ms,
+                "empty_claim_ms": empty_ms}
 
     goal = "PostgreSQL claim cost flat within +-30% from the smallest to the largest backlog"
     assert _verdicts([probe(2000, 1.0), probe(100_000, 1.29)])[goal] is True
     assert _verdicts([probe(2000, 1.0), probe(100_000, 6.0)])[goal] is False
     assert _verdicts([probe(2000, 1.0), probe(100_000, 0.6)])[goal] is False  # flat both ways
+    assert _verdicts([probe(2000, 1.0), probe(100_000, 1.0, empty_ms=9.0)])[goal] is False  # nothing due counts
 
 
 def test_a_figure_is_the_median_with_min_and_max() -> None:
