@@ -77,7 +77,7 @@ def bare_postgres_subject(url: str) -> Subject:
 
         def left() -> int:
             with psycopg.connect(url, autocommit=True) as conn:
-                row = conn.execute("SELECT count(*) FROM bench_bare_queue WHERE queue = %s", (queue,)).fetchone()
+                row = conn.execute(BARE_SQL["left"], {"queue": queue}).fetchone()
                 return int(row[0]) if row else 0
 
         return Prepared("bench.queue_jobs:bare_postgres", {"url": url, "queue": queue, "batch": batch}, left)
