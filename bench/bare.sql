@@ -34,3 +34,7 @@ RETURNING q.item_id;
 -- name: ack --
 -- In: queue, item_ids[].
 DELETE FROM bench_bare_queue WHERE queue = %(queue)s AND item_id = ANY(%(item_ids)s::text[]);
+
+-- name: left --
+-- In: queue. Out: the items still in it.
+SELECT count(*) FROM bench_bare_queue WHERE queue = %(queue)s;

@@ -48,19 +48,22 @@ def claims_chart(runs: list[dict[str, Any]], sizes: Sizes, path: Path) -> None:
 
 
 def backlog_chart(runs: list[dict[str, Any]], path: Path) -> None:
-    cost = figures(runs, "backlog", ("store", "backlog"), "claim_ms")
+    """Per store: claims that take due items (solid) and claims that find nothing due (dashed)."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for store in STORES:
-        points = sorted((b, f) for (s, b), f in cost.items() if s == store)
-        if points:
-            ax.errorbar([b for b, _ in points], [f.median for _, f in points],
-                        yerr=_errors([f for _, f in points]), marker="o", capsize=3, label=NAMES[store])
+    for value, style, what in (("claim_ms", "-", "due items"), ("empty_claim_ms", "--", "nothing due")):
+        cost = figures(runs, "backlog", ("store", "backlog"), value)
+        for number, store in enumerate(STORES):
+            points = sorted((b, f) for (s, b), f in cost.items() if s == store)
+            if points:
+                ax.errorbar([b for b, _ in points], [f.median for _, f in points],
+                            yerr=_errors([f for _, f in points]), marker="o", capsize=3, linestyle=style,
+                            color=f"C{number}", label=f"{NAMES[store]}, {what}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("items queued (most not yet due)")
     ax.set_ylabel("ms per claim call (median)")
     ax.set_title("Claim cost against backlog")
-    ax.legend()
+    ax.legend(fontsize=7)
     _save(fig, path)
 
 

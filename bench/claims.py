@@ -18,7 +18,7 @@ import redis
 from bench.places import Places
 from bench.pool import Workers
 from bench.queue_jobs import HERE
-from bench.sizes import Sizes
+from bench.sizes import STORES, Sizes
 from bench.stores import fill, open_store
 from onceonly.stores.sqlfile import load_queries
 
@@ -77,7 +77,7 @@ def bare_postgres_subject(url: str) -> Subject:
 
         def left() -> int:
             with psycopg.connect(url, autocommit=True) as conn:
-                row = conn.execute("SELECT count(*) FROM bench_bare_queue WHERE queue = %s", (queue,)).fetchone()
+                row = conn.execute(BARE_SQL["left"], {"queue": queue}).fetchone()
                 return int(row[0]) if row else 0
 
         return Prepared("bench.queue_jobs:bare_postgres", {"url": url, "queue": queue, "batch": batch}, left)
@@ -142,7 +142,8 @@ def measure(workers: Workers, subject: Subject, batch: int, processes: int, n: i
         "section": "claims", "store": subject.store, "method": subject.method, "batch": batch,
         "processes": processes, "rep": rep, "items": n, "elapsed": race.elapsed,
         "per_second": len(handed) / race.elapsed,
-        "duplicates": sum(c - 1 for c in handed.values()), "lost": n - len(handed), "left": prepared.left(),
+        "duplicates": sum(c - 1 for c in handed.values()), "duplicated_items": sum(c > 1 for c in handed.values()),
+        "lost": n - len(handed), "left": prepared.left(),
         "overlapped": processes == 1 or race.overlapped,
         "calls": dict(calls), "round_trips": dict(round_trips),
         "acks_on_claim": any(r.get("acks_on_claim") for r in race.results),
@@ -151,12 +152,16 @@ def measure(workers: Workers, subject: Subject, batch: int, processes: int, n: i
 
 
 def run(workers: Workers, places: Places, sizes: Sizes) -> list[dict[str, Any]]:
+    """Per store, each repetition sweeps every cell, and the methods of one cell
+    run back to back: a ratio compares runs a few seconds apart, not minutes,
+    on a machine whose load drifts."""
+    plan = [(subject, cell) for subject in subjects(places, sizes) for cell in cells(subject, sizes)]
     runs = []
-    for subject in subjects(places, sizes):
-        for batch, processes, n in cells(subject, sizes):
-            for rep in range(sizes.repeat):
+    for store in STORES:
+        ordered = sorted(((s, c) for s, c in plan if s.store == store), key=lambda sc: sc[1][:2])
+        for rep in range(sizes.repeat):
+            for subject, (batch, processes, n) in ordered:
                 runs.append(measure(workers, subject, batch, processes, n, rep))
                 print(f"claims: {subject.store} / {subject.method}, batch {batch}, {processes} proc: "
-                      f"{runs[-1]['per_second']:,.0f} items/s", file=sys.stderr, flush=True)
+                      f"{runs[-1]['per_second']:,.0f} items/s (run {rep + 1})", file=sys.stderr, flush=True)
     return runs
-

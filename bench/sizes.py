@@ -15,9 +15,10 @@ class Sizes:
     repeat: int  # runs per figure: its median, min and max are reported
     batches: tuple[int, ...]
     processes: tuple[int, ...]
-    # items per claim run, by store and batch size. Batch 1 costs two round
-    # trips per item, so fewer items keep it to seconds; dynalite is a
-    # single-threaded Node.js server about 100x slower than the others.
+    # items per claim run, by store and batch size: 20,000 where a batch
+    # carries many items. Batch 1 costs two round trips per item, so fewer
+    # items keep it to seconds; dynalite is a single-threaded Node.js server
+    # about 100x slower than the others.
     items: dict[str, dict[int, int]]
     headline_batch: int  # the targets' batch and process count
     headline_processes: int
@@ -42,8 +43,8 @@ FULL = Sizes(
     processes=(1, 4, 8),
     items={
         "postgresql": {1: 1_000, 25: 20_000, 100: 20_000},
-        "redis": {1: 20_000, 25: 20_000, 100: 20_000},
-        "dynamodb": {1: 300, 25: 1_000, 100: 1_000},
+        "redis": {1: 5_000, 25: 20_000, 100: 20_000},
+        "dynamodb": {1: 300, 25: 600, 100: 600},
     },
     headline_batch=25,
     headline_processes=4,

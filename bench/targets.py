@@ -51,14 +51,18 @@ class _Judge:
         return Target(goal, f"{ratio:.2f}x", ratio >= floor, profile)
 
     def backlog_flat(self, store: str) -> Target:
+        """Both the claims that take due items and those that find nothing due."""
         goal = f"{_STORE_NAMES[store]} claim cost flat within +-30% from the smallest to the largest backlog"
-        cost = figures(self.runs, "backlog", ("store", "backlog"), "claim_ms")
-        sizes = sorted(b for s, b in cost if s == store)
-        if len(sizes) < 2:
-            return Target(goal, "not measured", None)
-        ratio = cost[(store, sizes[-1])].median / cost[(store, sizes[0])].median
-        return Target(goal, f"{ratio:.2f}x the cost at {sizes[0]:,} ({sizes[-1]:,} queued)",
-                      0.7 <= ratio <= 1.3, store)
+        ratios = {}
+        for value, what in (("claim_ms", "claiming due items"), ("empty_claim_ms", "with nothing due")):
+            cost = figures(self.runs, "backlog", ("store", "backlog"), value)
+            sizes = sorted(b for s, b in cost if s == store)
+            if len(sizes) < 2:
+                return Target(goal, "not measured", None)
+            ratios[what] = cost[(store, sizes[-1])].median / cost[(store, sizes[0])].median
+        text = ", ".join(f"{ratio:.2f}x {what}" for what, ratio in ratios.items())
+        return Target(goal, f"cost at {sizes[-1]:,} queued / at {sizes[0]:,}: {text}",
+                      all(0.7 <= r <= 1.3 for r in ratios.values()), store)
 
     def dynamodb_guard(self) -> Target:
         goal = "DynamoDB: no more API calls per record than Powertools Idempotency, at no fewer records/s"
@@ -83,9 +87,12 @@ class _Judge:
         if claim is None or None in lease_ops:
             return Target(goal, "not measured", None)
         worst_lease = max(x for x in lease_ops if x is not None)
-        ack_text = "carried by the next claim" if ack is None else f"{ack:.2f}"
-        return Target(goal, f"claim {claim:.2f}, ack {ack_text}, lease operations up to {worst_lease:.2f}",
-                      claim <= 1.0 and (ack is None or ack <= 1.0) and worst_lease <= 1.0, store)
+        lease_text = f"lease operations up to {worst_lease:.2f}"
+        if ack is None:  # claim(acks=...): each claim also carries the previous batch's acks
+            return Target(goal, f"claim carrying the previous acks {claim:.2f}, {lease_text}",
+                          claim <= 2.0 and worst_lease <= 1.0, store)
+        return Target(goal, f"claim {claim:.2f}, ack {ack:.2f}, {lease_text}",
+                      claim <= 1.0 and ack <= 1.0 and worst_lease <= 1.0, store)
 
     def replicas(self) -> Target:
         goal = "8 replicas >= 6x the delivery throughput of 1 on the 50 ms receiver"

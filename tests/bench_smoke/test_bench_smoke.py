@@ -14,7 +14,7 @@ import pytest
 
 from onceonly_cli.servers import REPO_ROOT
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench, pytest.mark.xdist_group("processes")]  # spawns processes
 
 SECTIONS = ("claims", "leases", "backlog", "procrastinate", "idempotency", "replicas")
 HEADINGS = ("## Targets", "## Claim + ack, per store", "### PostgreSQL", "### Redis", "### DynamoDB (dynalite)",

@@ -9,7 +9,7 @@ import pytest
 
 from bench.pool import Workers
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench, pytest.mark.xdist_group("processes")]  # spawns processes
 
 
 def test_round_trips_are_exchanges_with_the_server(postgres_url: str, redis_server_url: str,

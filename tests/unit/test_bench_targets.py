@@ -18,6 +18,12 @@ def _claims(store: str, method: str, per_second: float, trips: float = 1.0) -> d
             "round_trips": {"claim": int(10 * trips), "ack": int(10 * trips)}}
 
 
+def _leases(store: str, trips_each: int) -> dict[str, Any]:
+    kinds = ("acquire", "renew", "release", "complete")
+    return {"section": "leases", "store": store, "calls": dict.fromkeys(kinds, 4),
+            "round_trips": dict.fromkeys(kinds, 4 * trips_each)}
+
+
 def _verdicts(runs: list[dict[str, Any]]) -> dict[str, bool | None]:
     return {t.goal: t.met for t in evaluate(runs, SMOKE)}
 
@@ -33,22 +39,35 @@ def test_the_postgresql_ratio_to_the_bare_statements_is_judged_at_0_7() -> None:
 
 
 def test_round_trips_above_one_per_call_miss_the_target() -> None:
-    leases = {"section": "leases", "store": "redis", "calls": dict.fromkeys(("acquire", "renew", "release",
-                                                                             "complete"), 4),
-              "round_trips": dict.fromkeys(("acquire", "renew", "release", "complete"), 4)}
+    leases = _leases("redis", 1)
     goal = "Redis: 1 round trip per claim batch, at most 1 per ack batch, 1 per lease operation"
     assert _verdicts([_claims("redis", "onceonly", 1, trips=1.0), leases])[goal] is True
     assert _verdicts([_claims("redis", "onceonly", 1, trips=2.0), leases])[goal] is False
+    assert _verdicts([_claims("redis", "onceonly", 1, trips=1.0), _leases("redis", 2)])[goal] is False
+
+
+def test_a_claim_carrying_the_previous_acks_may_cost_one_round_trip_for_each() -> None:
+    leases = _leases("postgresql", 1)
+    goal = "PostgreSQL: 1 round trip per claim batch, at most 1 per ack batch, 1 per lease operation"
+
+    def carried(trips: int) -> dict[str, Any]:
+        run = _claims("postgresql", "onceonly", 1)
+        return {**run, "calls": {"claim": 10}, "round_trips": {"claim": 10 * trips}, "acks_on_claim": True}
+
+    assert _verdicts([carried(2), leases])[goal] is True
+    assert _verdicts([carried(3), leases])[goal] is False
 
 
 def test_backlog_cost_must_stay_within_30_percent() -> None:
-    def probe(backlog: int, ms: float) -> dict[str, Any]:
-        return {"section": "backlog", "store": "postgresql", "backlog": backlog, "claim_ms": ms}
+    def probe(backlog: int, ms: float, empty_ms: float = 1.0) -> dict[str, Any]:
+        return {"section": "backlog", "store": "postgresql", "backlog": backlog, "claim_ms": ms,
+                "empty_claim_ms": empty_ms}
 
     goal = "PostgreSQL claim cost flat within +-30% from the smallest to the largest backlog"
     assert _verdicts([probe(2000, 1.0), probe(100_000, 1.29)])[goal] is True
     assert _verdicts([probe(2000, 1.0), probe(100_000, 6.0)])[goal] is False
     assert _verdicts([probe(2000, 1.0), probe(100_000, 0.6)])[goal] is False  # flat both ways
+    assert _verdicts([probe(2000, 1.0), probe(100_000, 1.0, empty_ms=9.0)])[goal] is False  # nothing due counts
 
 
 def test_a_figure_is_the_median_with_min_and_max() -> None:
