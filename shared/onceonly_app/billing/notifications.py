@@ -113,7 +113,7 @@ def _send_one(pool: ConnectionPool, sender: Sender, settings: NotificationSettin
         with pool.connection() as conn, conn.transaction():
             conn.execute(SQL["record_attempt"], {**ids, "outcome": "failed", "error": error})
             row = conn.execute(SQL["mark_failed"], {**outcome_ids, "error": error, "retry_in": delay,
-                                                            "max_attempts": settings.max_attempts}).fetchone()
+                                                    "max_attempts": settings.max_attempts}).fetchone()
         if row is None:
             result.claims_lost += 1
         elif row[0] == "failed":
