@@ -128,6 +128,7 @@ def test_selftest_fails_on_a_racy_store(redis_server_url: str, tmp_path: Path) -
 
 @pytest.mark.parametrize(("args", "expected"), [
     ((), "no store"),
+    (("--store", "redis://127.0.0.1:1/0", "--procs", "1"), "at least 2"),
     (("--store", "mysql://x"), "expected postgresql://"),
     (("--store", "redis://127.0.0.1:1/0"), "unreachable"),
 ])
