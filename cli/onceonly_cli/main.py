@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = commands.add_parser("selftest", help="race processes against a store and check the history")
     selftest.add_argument("--store", metavar="URL",
                           help="postgresql://, redis:// or dynamodb://TABLE?region=… (default: $ONCEONLY_STORE_URL)")
-    selftest.add_argument("--procs", type=_positive_int, default=4, metavar="N", help="processes (default 4)")
+    selftest.add_argument("--procs", type=_positive_int, default=4, metavar="N",
+                          help="processes, at least 2 (default 4)")
     selftest.add_argument("--items", type=_positive_int, default=200, metavar="M",
                           help="queue items to work through (default 200)")
     selftest.add_argument("--seconds", type=_positive_int, default=20, metavar="S",

@@ -34,6 +34,8 @@ def selftest_command(args: argparse.Namespace) -> int:
     if not url:
         raise CliError("no store: pass --store URL (postgresql://, redis:// or dynamodb://) "
                        "or set ONCEONLY_STORE_URL")
+    if args.procs < 2:
+        raise CliError("--procs must be at least 2: a race needs two processes")
     if targets.scheme(url) not in ("postgresql", "redis", "dynamodb"):
         raise CliError(f"bad store URL {redact(url)!r}: expected postgresql://, redis:// or dynamodb://")
     plan = Plan(targets.new_prefix(), procs=args.procs, items=args.items, seconds=args.seconds)

@@ -99,6 +99,17 @@ def test_selftest_passes_leaves_nothing_and_guards_other_data(own_store_url: str
         store.close()
 
 
+@pytest.mark.soak
+def test_selftest_soak(own_store_url: str, tmp_path: Path) -> None:
+    history = tmp_path / "history.jsonl"
+    result = run_cli("selftest", "--store", own_store_url, "--procs", "8", "--items", "1000", "--seconds", "30",
+                     "--history", str(history), timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = summarize(read(history))
+    assert summary.violations == [] and summary.items == summary.acked == 1000
+    assert selftest_records(own_store_url) == []
+
+
 def test_selftest_fails_on_a_racy_store(redis_server_url: str, tmp_path: Path) -> None:
     url = with_prefix(redis_server_url, f"racy-{secrets.token_hex(4)}")
     plan = Plan(f"{PREFIX}{secrets.token_hex(4)}", procs=3, items=60, seconds=5)
@@ -117,6 +128,7 @@ def test_selftest_fails_on_a_racy_store(redis_server_url: str, tmp_path: Path) -
 
 @pytest.mark.parametrize(("args", "expected"), [
     ((), "no store"),
+    (("--store", "redis://127.0.0.1:1/0", "--procs", "1"), "at least 2"),
     (("--store", "mysql://x"), "expected postgresql://"),
     (("--store", "redis://127.0.0.1:1/0"), "unreachable"),
 ])
