@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import pytest
 
 import onceonly
-import onceonly.stores.dynamodb as dynamodb_store
 from tests.properties.machine import FakeClock, RealClock
 from tests.support.racy_store import RacyStore
 from tests.support.scratch import scratch_redis_prefix
@@ -21,12 +20,7 @@ def clocked_store(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     store = onceonly.connect(store_url)
     if store_url.startswith("dynamodb"):
         clock = FakeClock()
-        # A store with an injectable clock takes it as its `clock`; one that
-        # reads time.time() directly gets its module's `time` replaced.
-        if hasattr(store, "clock"):
-            monkeypatch.setattr(store, "clock", clock.time)
-        else:
-            monkeypatch.setattr(dynamodb_store, "time", clock)
+        monkeypatch.setattr(store, "clock", clock.time)  # the store's injectable clock
     store.setup()
     yield store, clock
     store.close()
