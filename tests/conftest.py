@@ -126,3 +126,15 @@ def store(store_url: str) -> Iterator[onceonly.Store]:
 def unique() -> str:
     """A fresh name per test, so tests never share lease names or queues."""
     return f"t-{secrets.token_hex(6)}"
+
+
+# Under pytest-xdist (`-n 2 --dist loadgroup`), the multi-process races and
+# the simulate runs share one worker: they already use every core, and two
+# of them at once would only make each other slow.
+_PROCESS_HEAVY = ("tests/e2e/test_cli_simulate.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("concurrency") or item.nodeid.startswith(_PROCESS_HEAVY):
+            item.add_marker(pytest.mark.xdist_group("processes"))

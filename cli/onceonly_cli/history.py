@@ -36,9 +36,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -209,14 +211,17 @@ def _holds(ops: list[_Op], duplicates: list[Violation]) -> list[_Hold]:
         hold = holds.get((op.name, op.token, op.worker)) if op.token is not None else None
         if hold is not None and op.op == "renew" and op.outcome == "ok":
             hold.until = max(hold.until, op.start + float(op.extra.get("ttl", 0.0)))
-    for op in ops:  # ...and once the holder lets go it no longer relies on it
+    for op in ops:  # ...and once the holder lets go it no longer relies on it. A refused ack or
+        # release does not end the hold: the grant was already gone, and if its ttl had not run
+        # out, whoever took it overlaps this hold.
         hold = holds.get((op.name, op.token, op.worker)) if op.token is not None else None
-        if hold is not None and op.op in ENDS_HOLD:
+        if hold is not None and op.op in ENDS_HOLD and op.outcome != "fail":
             hold.until = min(hold.until, op.start)
+    by_name = _by_name(list(holds.values()))
     for op in ops:
         if op.op in REVOKES and op.outcome == "ok" and op.end is not None:
-            for hold in holds.values():
-                if hold.name == op.name and hold.granted < op.end:
+            for hold in by_name.get(op.name, ()):
+                if hold.granted < op.end:
                     hold.until = min(hold.until, max(hold.granted, op.start))
     return list(holds.values())
 
@@ -256,23 +261,31 @@ def _check_tokens(holds: list[_Hold], out: list[Violation]) -> None:
                     f"(worker {best.worker})")))
 
 
+def _higher(a: _Hold, b: _Hold) -> _Hold:
+    return b if b.token > a.token else a
+
+
 def _check_stale_writes(ops: list[_Op], holds: list[_Hold], summary: Summary) -> None:
     """A write under token T is stale once a grant of a higher token completed
     before the write was invoked; the store must refuse it."""
-    groups = _by_name(holds)
+    newest: dict[str, tuple[list[float], list[_Hold]]] = {}  # per name: grant times, highest grant up to each
+    for name, group in _by_name(holds).items():
+        group.sort(key=lambda h: h.granted)
+        best: list[_Hold] = list(accumulate(group, _higher))
+        newest[name] = ([h.granted for h in group], best)
     for op in ops:
-        if op.op not in FENCED_WRITES or op.token is None:
+        if op.op not in FENCED_WRITES or op.token is None or op.name not in newest:
             continue
-        newer = [h for h in groups.get(op.name, ()) if h.token > op.token and h.granted < op.start]
-        if not newer:
+        times, best = newest[op.name]
+        before = bisect_left(times, op.start)  # the grants that returned before the write began
+        if before == 0 or best[before - 1].token <= op.token:
             continue
         if op.outcome == "ok":
+            newer = best[before - 1]
             summary.stale_accepted += 1
-            first = min(newer, key=lambda h: h.granted)
-            token, worker = first.token, first.worker
             summary.violations.append(Violation("stale_write", op.name, (
-                f"{op.op} under token {op.token} (worker {op.worker}) accepted after token {token} "
-                f"was granted (worker {worker})")))
+                f"{op.op} under token {op.token} (worker {op.worker}) accepted after token {newer.token} "
+                f"was granted (worker {newer.worker})")))
         elif op.outcome == "fail":
             summary.stale_refused += 1
 

@@ -1,4 +1,4 @@
-"""The `onceonly` command line: simulate, invoke, status, prune, redrive, migrate.
+"""The `onceonly` command line: simulate, invoke, status, prune, redrive, migrate, selftest.
 
 Every user-facing failure is one line on stderr and a non-zero exit code;
 tracebacks are for bugs only."""
@@ -100,6 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
                          help="domain PostgreSQL URL (default: $DATABASE_URL; required if that is unset)")
     migrate.add_argument("--store", metavar="URL",
                          help="coordination store URL (default: $ONCEONLY_STORE_URL, else the database)")
+
+    selftest = commands.add_parser("selftest", help="race processes against a store and check the history")
+    selftest.add_argument("--store", metavar="URL",
+                          help="postgresql://, redis:// or dynamodb://TABLE?region=… (default: $ONCEONLY_STORE_URL)")
+    selftest.add_argument("--procs", type=_positive_int, default=4, metavar="N",
+                          help="processes, at least 2 (default 4)")
+    selftest.add_argument("--items", type=_positive_int, default=200, metavar="M",
+                          help="queue items to work through (default 200)")
+    selftest.add_argument("--seconds", type=_positive_int, default=20, metavar="S",
+                          help="race for at most this long, then drain what is left (default 20)")
+    selftest.add_argument("--yes", action="store_true",
+                          help="run even though the store holds other onceonly data (it is never touched)")
+    selftest.add_argument("--history", type=Path, metavar="FILE.jsonl",
+                          help="where to keep the operation history (default: a temporary file)")
     return parser
 
 
@@ -147,6 +161,10 @@ def _run(args: argparse.Namespace) -> int:
         from .redrive_command import redrive_command
 
         return redrive_command(args)
+    if args.command == "selftest":
+        from .selftest_command import selftest_command
+
+        return selftest_command(args)
     if args.command == "prune":
         from .prune_command import prune_command
 

@@ -47,6 +47,8 @@ class TrickleProxy:
                     sink.sendall(data)
                     continue
                 for i in range(len(data)):
+                    if self._stop.is_set():
+                        break  # a closed proxy stops dribbling at once
                     sink.sendall(data[i:i + 1])
                     time.sleep(gap)
         for sock in (source, sink):

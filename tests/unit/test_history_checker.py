@@ -55,6 +55,16 @@ def test_overlapping_holds_are_caught() -> None:
     assert kinds(h) == ["overlap"]
 
 
+def test_double_claim_is_caught_even_when_holders_ack_at_once() -> None:
+    # a's claim was taken from it within its lease: a's ack is refused, b's accepted
+    h = (op("p", "i1", "put", 0.0, 0.1)
+         + op("a", "q", "claim", 1.0, 1.01, results=[("i1", 1)], lease=1)
+         + op("b", "q", "claim", 1.01, 1.02, results=[("i1", 2)], lease=1)
+         + op("a", "i1", "ack", 1.021, 1.03, outcome="fail", token=1)
+         + op("b", "i1", "ack", 1.022, 1.03, token=2))
+    assert kinds(h) == ["overlap"]
+
+
 def test_grant_after_ttl_is_no_overlap_even_if_holder_died() -> None:
     # a dies holding the lease; b is granted only once a's ttl (from a's invoke) ran out
     h = (op("a", "job", "acquire", 0.0, 0.1, token=1, ttl=1)

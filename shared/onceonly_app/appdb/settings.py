@@ -88,8 +88,9 @@ def with_ca_bundle(url: str, bundle: Path = CA_BUNDLE) -> str:
         return url
     if not bundle.is_file():
         raise ConfigError(
-            f"sslmode={dict(options)['sslmode']} needs the RDS CA bundle at {bundle} (put global-bundle.pem "
-            "there before `sam build`, see docs/deploy.md) or an sslrootcert=… in the URL"
+            f"sslmode={dict(options)['sslmode']} needs the RDS CA bundle at {bundle}, which the layer "
+            "ships (was it removed from the build? `node scripts/rds-ca-bundle.js` writes it; docs/deploy.md) "
+            "or an sslrootcert=… in the URL"
         )
     return urlunsplit(parts._replace(query=urlencode([*options, ("sslrootcert", str(bundle))])))
 

@@ -1,0 +1,41 @@
+"""The stores the model checks drive, each with the clock it runs on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import onceonly
+import onceonly.stores.dynamodb as dynamodb_store
+from tests.properties.machine import FakeClock, RealClock
+from tests.support.racy_store import RacyStore
+from tests.support.scratch import scratch_redis_prefix
+
+
+@pytest.fixture
+def clocked_store(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[onceonly.Store, object]]:
+    """The store of ``store_url`` and the clock its expiries run on: the real
+    one for server-clock stores, a fake one for DynamoDB (client time)."""
+    clock: RealClock | FakeClock = RealClock()
+    store = onceonly.connect(store_url)
+    if store_url.startswith("dynamodb"):
+        clock = FakeClock()
+        # A store with an injectable clock takes it as its `clock`; one that
+        # reads time.time() directly gets its module's `time` replaced.
+        if hasattr(store, "clock"):
+            monkeypatch.setattr(store, "clock", clock.time)
+        else:
+            monkeypatch.setattr(dynamodb_store, "time", clock)
+    store.setup()
+    yield store, clock
+    store.close()
+
+
+@pytest.fixture
+def racy_store(redis_server_url: str) -> Iterator[RacyStore]:
+    """The deliberately broken store, on a key prefix of its own."""
+    with scratch_redis_prefix(redis_server_url, "racy") as url:
+        store = RacyStore(url)
+        yield store
+        store.close()
