@@ -253,10 +253,7 @@ def _late_effects(events: list[dict[str, Any]]) -> int:
 def judge(plan: Plan, events: list[dict[str, Any]], fleet: Fleet, injected: Counter[str], hung: list[str],
           delivered: Counter[str], posts: Counter[str], items: list[str], locks: list[str],
           elapsed: float) -> dict[str, Any]:
-    # The driver's puts come before every grant, so they revoke nothing; they are
-    # left out of the checker (which compares every put with every hold:
-    # quadratic at soak size). Loss is judged below, from the receiver and the acks.
-    summary = summarize(e for e in events if e["worker"] != DRIVER)
+    summary = summarize(events)
     by_worker: dict[str, list[dict[str, Any]]] = {}
     for e in sorted(events, key=lambda e: e["t"]):
         by_worker.setdefault(str(e["worker"]), []).append(e)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,8 +44,10 @@ def row(r: dict[str, Any]) -> list[str]:
             _duplicates(r), str(r["lost"]), str(r["stale_accepted"]), f"{r['longest_stall']:.1f} s"]
 
 
-def render(results: Iterable[dict[str, Any]], command: str, when: datetime) -> str:
-    lines = [f"Run on {when:%Y-%m-%d %H:%M} UTC with `{command}` (one 2-core machine, shared).", "",
+def render(results: list[dict[str, Any]], command: str) -> str:
+    first, last = (datetime.fromisoformat(results[i]["recorded_at"]).astimezone(UTC) for i in (0, -1))
+    lines = [f"Run on {first:%Y-%m-%d} with `{command}` (one 2-core machine, shared); scenario results "
+             f"recorded from {first:%H:%M} to {last:%H:%M} UTC.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(r)) + " |" for r in results]
     return "\n".join(lines)
@@ -69,9 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     results = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line]
     if not results:
         raise SystemExit(f"{args.results} holds no results: was any soak scenario run?")
-    when = datetime.fromisoformat(results[0]["recorded_at"]).astimezone(UTC)
     doc = args.document.read_text(encoding="utf-8")
-    args.document.write_text(replace_table(doc, render(results, args.command, when)), encoding="utf-8")
+    args.document.write_text(replace_table(doc, render(results, args.command)), encoding="utf-8")
 
 
 if __name__ == "__main__":

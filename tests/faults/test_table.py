@@ -17,13 +17,14 @@ RESULT = {"scenario": "random crash", "store": "redis", "processes": 16, "items"
 
 def test_the_table_is_rendered_between_the_markers_from_the_results(tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
-    results.write_text(json.dumps(RESULT) + "\n" + json.dumps({**RESULT, "store": "dynamodb", "lost": 3}) + "\n")
+    later = {**RESULT, "store": "dynamodb", "lost": 3, "recorded_at": "2026-12-01T05:44:00+00:00"}
+    results.write_text(json.dumps(RESULT) + "\n" + json.dumps(later) + "\n")
     doc = tmp_path / "reliability.md"
     doc.write_text(f"# Reliability\n\nbefore\n\n{START}\nold table\n{END}\n\nafter\n")
     main([str(results), str(doc), "--command", "scripts/soak"])
     text = doc.read_text()
     assert "old table" not in text and text.startswith("# Reliability\n\nbefore\n") and text.endswith("after\n")
-    assert "Run on 2026-12-01 05:31 UTC with `scripts/soak`" in text
+    assert "Run on 2026-12-01 with `scripts/soak`" in text and "from 05:31 to 05:44 UTC" in text
     assert ("| random crash | redis | 16 | 20000 + 60 ticks | 437 SIGKILL, where: mid-POST 300, mid-claim 12 "
             "| 0 (+41 webhooks resent with their own key) | 0 | 0 | 2.3 s |") in text
     assert "| random crash | dynamodb | 16 | 20000 + 60 ticks |" in text and "| 3 | 0 | 2.3 s |" in text

@@ -1,1 +1,0 @@
-"""Fault scenarios: sizes for the CI quick part and for the soak (``-m soak``)."""
