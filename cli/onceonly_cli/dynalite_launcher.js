@@ -35,3 +35,12 @@ server.on('error', (err) => {
 server.listen(port, '127.0.0.1', () => {
   console.log(`dynalite_launcher: listening on http://127.0.0.1:${port}`)
 })
+
+// SIGTERM: answer the requests in flight, then exit. dynalite writes an item and
+// its index entries as separate LevelDB writes, so a kill in the middle of a
+// request can leave an item without its entry in the `due` index (invisible to
+// every query, for good). Real DynamoDB has no such window; stop dynalite this way.
+process.on('SIGTERM', () => {
+  server.close(() => process.exit(0))
+  setTimeout(() => process.exit(0), 5000).unref()
+})

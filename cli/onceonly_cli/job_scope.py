@@ -1,11 +1,12 @@
 """Run the billing jobs' real handlers on one tenant and under a job name of the
 caller's choosing, without a knob for it in the deployed code.
 
-Deployed, every job works on every tenant under its fixed name. Local runs on a
-database and coordination store that other runs share need a slice of their
-own: `onceonly simulate` scopes each run to its tenant (so it never moves
-another run's invoices), and the tests also rename the job (the tick locks,
-`job_ticks` and the payment cursor are keyed by it). Call
+Deployed, every job works on every tenant under its fixed name. Tests on a
+database and coordination store that other tests share need a slice of their
+own: a tenant (so a test never moves another test's invoices) and a job name
+(the tick locks, `job_ticks` and the payment cursor are keyed by it).
+`onceonly simulate` needs neither: each run has a database and store of its
+own. Call
 :func:`scope_billing_jobs` in the process that runs the handlers, before it
 loads them: the handlers read their settings when their module is imported.
 """

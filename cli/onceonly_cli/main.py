@@ -1,4 +1,4 @@
-"""The `onceonly` command line: simulate, invoke, status, prune, redrive, migrate.
+"""The `onceonly` command line: simulate, invoke, status, prune, redrive, rotate-secret, migrate, selftest.
 
 Every user-facing failure is one line on stderr and a non-zero exit code;
 tracebacks are for bugs only."""
@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default 300)")
     sim.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     sim.add_argument("--report", type=Path, metavar="FILE.html", help="also write an HTML report with charts")
+    sim.add_argument("--log-dir", type=Path, metavar="DIR",
+                     help="keep the replicas' logs in DIR (default: a temporary folder, removed at the end)")
+    sim.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                     help="the functions' POWERTOOLS_LOG_LEVEL (default WARNING)")
 
     inv = commands.add_parser("invoke", help="run one function of template.yaml locally, without Docker")
     inv.add_argument("function", metavar="FUNCTION_LOGICAL_ID")
@@ -95,11 +99,33 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--delivery", metavar="ID", action="append", help="a dead delivery's id (repeatable)")
     which.add_argument("--all", action="store_true", help="every dead delivery")
 
+    rotate = commands.add_parser("rotate-secret", help="give a webhook subscription a new signing secret; "
+                                                       "the old one keeps signing beside it for the overlap")
+    rotate.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    rotate.add_argument("--database", metavar="URL",
+                        help="domain PostgreSQL URL (default: $DATABASE_URL, else a local PostgreSQL)")
+    rotate.add_argument("--overlap", type=_non_negative_float, default=None, metavar="SECONDS",
+                        help="how long the old secret still signs (default 86400: a day)")
+
     migrate = commands.add_parser("migrate", help="apply the domain migrations and the store's setup (idempotent)")
     migrate.add_argument("--database", metavar="URL",
                          help="domain PostgreSQL URL (default: $DATABASE_URL; required if that is unset)")
     migrate.add_argument("--store", metavar="URL",
                          help="coordination store URL (default: $ONCEONLY_STORE_URL, else the database)")
+
+    selftest = commands.add_parser("selftest", help="race processes against a store and check the history")
+    selftest.add_argument("--store", metavar="URL",
+                          help="postgresql://, redis:// or dynamodb://TABLE?region=… (default: $ONCEONLY_STORE_URL)")
+    selftest.add_argument("--procs", type=_positive_int, default=4, metavar="N",
+                          help="processes, at least 2 (default 4)")
+    selftest.add_argument("--items", type=_positive_int, default=200, metavar="M",
+                          help="queue items to work through (default 200)")
+    selftest.add_argument("--seconds", type=_positive_int, default=20, metavar="S",
+                          help="race for at most this long, then drain what is left (default 20)")
+    selftest.add_argument("--yes", action="store_true",
+                          help="run even though the store holds other onceonly data (it is never touched)")
+    selftest.add_argument("--history", type=Path, metavar="FILE.jsonl",
+                          help="where to keep the operation history (default: a temporary file)")
     return parser
 
 
@@ -147,6 +173,14 @@ def _run(args: argparse.Namespace) -> int:
         from .redrive_command import redrive_command
 
         return redrive_command(args)
+    if args.command == "rotate-secret":
+        from .rotate_command import rotate_secret_command
+
+        return rotate_secret_command(args)
+    if args.command == "selftest":
+        from .selftest_command import selftest_command
+
+        return selftest_command(args)
     if args.command == "prune":
         from .prune_command import prune_command
 

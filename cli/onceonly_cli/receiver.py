@@ -61,6 +61,15 @@ class ReceivedRequest:
     status: int | None = None  # None while the answer is pending
     answered_at: float | None = None
     body: bytes = field(default=b"", repr=False)
+    retry_after: str | None = None  # the Retry-After header sent with the answer
+    trickled: bool = False  # the answer was sent a byte at a time
+    cut: bool = False  # the sender hung up before the whole answer was written: it never read it
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # as received (Standard Webhooks' three)
+
+    @property
+    def accepted(self) -> bool:
+        """Answered 2xx, and the sender read the whole answer."""
+        return self.status is not None and 200 <= self.status < 300 and not self.cut
 
 
 @dataclass
@@ -132,10 +141,9 @@ class WebhookReceiver:
             return [r for r in self.requests if webhook_id is None or r.webhook_id == webhook_id]
 
     def successes(self) -> Counter[str]:
-        """Requests answered 2xx, per webhook-id."""
+        """Requests answered 2xx (and read whole), per webhook-id."""
         with self._lock:
-            return Counter(r.webhook_id for r in self.requests
-                           if r.webhook_id and r.status is not None and 200 <= r.status < 300)
+            return Counter(r.webhook_id for r in self.requests if r.webhook_id and r.accepted)
 
     def counts(self) -> Counter[str]:
         """All requests, per webhook-id."""
@@ -179,7 +187,7 @@ class WebhookReceiver:
                 self._counts[webhook_id] += 1
                 nth = self._counts[webhook_id]
             record = ReceivedRequest(webhook_id, name, nth, time.time(), request.headers.get("Host"),
-                                     verified, error, body=body)
+                                     verified, error, body=body, headers=headers)
             self.requests.append(record)
             if endpoint is None:
                 reply = Reply(404)
@@ -194,6 +202,7 @@ class WebhookReceiver:
             time.sleep(reply.delay)
         with self._lock:
             record.status, record.answered_at = reply.status, time.time()
+            record.retry_after, record.trickled = reply.retry_after, reply.trickle > 0
             self._lock.notify_all()
         text = reply.body if reply.body is not None else \
             b"ok" if 200 <= reply.status < 300 else f"status {reply.status}".encode()
@@ -209,7 +218,9 @@ class WebhookReceiver:
             request.end_headers()
             request.wfile.write(text)
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the sender died or gave up (a killed replica, a timeout): recorded above
+            with self._lock:  # the sender died or gave up (a killed replica, a timeout)
+                record.cut = True
+                self._lock.notify_all()
         finally:
             request.wfile = stream
 

@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from onceonly_app.appdb.schema import schema_required
-from onceonly_app.webhooks.dispatch_batch import DispatchBatch
+from onceonly_app.webhooks.dispatch_batch import DispatchBatch, check_sqs_event, fail_if_nothing_went_through
 from onceonly_app.webhooks.runtime import dispatch_queue, webhook_service
 from onceonly_app.webhooks.service import DispatchResult
 
@@ -24,7 +24,9 @@ logger = Logger(service="webhook-dispatch")
 tracer = Tracer(service="webhook-dispatch")  # X-Ray when the template turns tracing on
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
                   service="webhook-dispatch")
-processor = BatchProcessor(event_type=EventType.SQS)
+# A batch of only malformed records is answered record by record, not as a
+# crashed invocation; fail_if_nothing_went_through raises for the other causes.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 OUTCOME_METRICS = {
     "succeeded": "deliveries_succeeded",
@@ -44,9 +46,10 @@ def count(result: DispatchResult) -> None:
 
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-@logger.inject_lambda_context
+@logger.inject_lambda_context(log_event=False)  # never log events, whatever POWERTOOLS_LOGGER_LOG_EVENT says
 @schema_required(logger)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    check_sqs_event(event)  # MalformedBatchError before any record is touched (docs/security.md)
     batch = DispatchBatch(webhook_service(logger), context.get_remaining_time_in_millis, logger)
 
     def record_handler(record: SQSRecord) -> str:
@@ -55,10 +58,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return result.kind
 
     try:
-        return process_partial_response(
+        response = process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context)
+        fail_if_nothing_went_through(processor)
+        return response
     finally:
-        # Also when every record failed (the processor then raises).
+        # Also when every record failed (then fail_if_nothing_went_through may raise).
         if batch.stopped_by_outage:
             metrics.add_metric(name="records_stopped_by_outage", unit=MetricUnit.Count,
                                value=len(batch.stopped_by_outage))

@@ -11,6 +11,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from onceonly.scheduled import scheduled_time_of
 from onceonly_app.appdb.schema import schema_required
 from onceonly_app.webhooks.runtime import webhook_service
 
@@ -26,9 +27,10 @@ METRIC_NAMES = {"succeeded": "deliveries_succeeded", "failed": "deliveries_faile
 
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-@logger.inject_lambda_context
+@logger.inject_lambda_context(log_event=False)  # never log events, whatever POWERTOOLS_LOGGER_LOG_EVENT says
 @schema_required(logger)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    scheduled_time_of(event)  # InvalidEventError for anything but the schedule's event (docs/security.md)
     report = webhook_service(logger).run_retries(context.get_remaining_time_in_millis)
     summary: dict[str, Any] = {name: getattr(report, name) for name in COUNTERS}
     summary.update(claimed=report.claimed, finished_elsewhere=report.finished_elsewhere,

@@ -1,7 +1,7 @@
 """onceonly: leases with fencing tokens, atomic due queues and a cron guard for
 Lambda functions that run on many concurrent invocations."""
 
-from .api import Claim, Lease, LeaseState, Queue, QueueDepth, Store
+from .api import Claim, ClaimBatch, Lease, LeaseState, Queue, QueueDepth, Store
 from .connect import connect
 from .errors import (
     ConfigError,
@@ -18,6 +18,7 @@ __version__ = "0.2.0"
 __all__ = [
     "__version__",
     "Claim",
+    "ClaimBatch",
     "ConfigError",
     "Lease",
     "LeaseLostError",

@@ -6,7 +6,7 @@ error (:class:`~onceonly.errors.LeaseLostError`) where the caller asked to keep 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,6 +36,17 @@ class Claim:
     lease_expires_at: float  # epoch seconds, by the store's clock
 
 
+class ClaimBatch(list[Claim]):
+    """What :meth:`Queue.claim` returns: the claims (a plain list of them), and
+    ``acked``: for each claim passed as ``acks=``, in the order given, whether it
+    was acked, exactly as :meth:`Queue.ack_many` would report it (False: the
+    item had been re-granted, rescheduled or already acked)."""
+
+    def __init__(self, claims: Iterable[Claim] = (), acked: Iterable[bool] = ()) -> None:
+        super().__init__(claims)
+        self.acked: list[bool] = list(acked)
+
+
 @dataclass(frozen=True)
 class QueueDepth:
     due: int  # claimable now (including items whose lease expired)
@@ -58,12 +69,26 @@ class Queue(Protocol):
         Rescheduling an item that is in flight takes it from its holder: the holder's
         ack/retry are then refused."""
 
+    def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
+        """:meth:`put` for each ``(item_id, due_at, payload)``, in one round trip per
+        batch where the store allows it. Every item is checked before anything is
+        written (a bad one raises ConfigError naming ``items[i]``). An id listed
+        twice is put twice: the later entry wins, as with put in order. Returns the
+        number of entries put. Not atomic as a whole: after a store error some
+        items may be written; put is idempotent, so retry the call."""
+
     def cancel(self, item_id: str) -> bool:
         """Remove the item whatever its state. False if it was not there."""
 
-    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
+    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
         """Atomically take up to ``limit`` items that are due or whose lease expired.
-        Concurrent callers always get disjoint sets. Empty list when nothing is due."""
+        Concurrent callers always get disjoint sets. Empty list when nothing is due.
+
+        ``acks``: claims to :meth:`ack_many` first, so that a worker loop costs one
+        call per batch (``claims = q.claim(limit, lease, acks=claims)``; on Redis
+        one round trip). Their results are the returned batch's ``acked``. On a
+        StoreUnavailableError the acks may or may not have been applied: ack them
+        again (a repeated ack is refused, the item stays removed)."""
 
     def ack(self, claim: Claim) -> bool:
         """Remove the item if ``claim`` still holds it. False if it was re-granted."""

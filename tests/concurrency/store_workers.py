@@ -77,16 +77,21 @@ def drain_queue(n: int, barrier: Any, path: Path, url: str, queue: str, batch: i
 
 
 def work_with_stalls(
-    n: int, barrier: Any, path: Path, url: str, queue: str, lease: float, deadline: float
+    n: int, barrier: Any, path: Path, url: str, queue: str, lease: float, deadline: float,
+    ack_in_next_claim: bool = False,
 ) -> None:
     """Claim with a short lease; sometimes stall past it before acking, so
-    that others reclaim the item and this worker's ack becomes stale."""
+    that others reclaim the item and this worker's ack becomes stale. The acks
+    go one by one, or with the next claim (``acks=``, a worker loop)."""
     history = History(path)
     store = _start(barrier, url)
     q = store.queue(queue)
     rng = random.Random(n)
+    pending: list[onceonly.Claim] = []
     while time.time() < deadline:
-        claims = q.claim(limit=3, lease=lease)
+        claims = q.claim(limit=3, lease=lease, acks=pending)
+        _record_acks(history, n, pending, claims.acked)
+        pending = []
         if not claims:
             if q.depth().total == 0:
                 break
@@ -96,11 +101,18 @@ def work_with_stalls(
             history.write(event="claim", worker=n, item=claim.item_id, token=claim.token, attempt=claim.attempt)
         if rng.random() < 0.3:
             time.sleep(lease * 2.5)  # a pause: the lease runs out meanwhile
-        for claim in claims:
-            ok = q.ack(claim)
-            history.write(event="ack", worker=n, item=claim.item_id, token=claim.token, ok=ok)
+        if ack_in_next_claim:
+            pending = list(claims)
+        else:
+            _record_acks(history, n, claims, [q.ack(claim) for claim in claims])
+    _record_acks(history, n, pending, q.ack_many(pending))
     store.close()
     history.close()
+
+
+def _record_acks(history: History, n: int, claims: list[onceonly.Claim], results: list[bool]) -> None:
+    for claim, ok in zip(claims, results, strict=True):
+        history.write(event="ack", worker=n, item=claim.item_id, token=claim.token, ok=ok)
 
 
 def hold_and_hang(n: int, barrier: Any, path: Path, url: str, lease_name: str, queue: str, ttl: float) -> None:

@@ -70,17 +70,27 @@ def _field_code_worker(worker_no: int, barrier: Any, history_path: Path, redis_u
 def _claim_worker(
     worker_no: int, barrier: Any, history_path: Path, redis_url: str, queue_name: str
 ) -> None:
-    """Claim batches until nothing is due, acking each batch; odd workers ack one
-    by one, even workers with ack_many, so both paths race."""
+    """Claim batches until nothing is due, acking each batch, so that every ack
+    path races: worker_no % 3 == 0 acks with ack_many, 1 one by one, 2 in its
+    next claim (``acks=``)."""
     store = RedisStore.from_url(redis_url)
     store.inspect(PING)  # connected before the race starts
     queue = store.queue(queue_name)
     history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)
-    while claims := queue.claim(limit=BATCH, lease=CLAIM_LEASE):
+    pending: list[Any] = []  # claims to ack in the next claim (worker_no % 3 == 2)
+    while True:
+        claims = queue.claim(limit=BATCH, lease=CLAIM_LEASE, acks=pending)
+        for c, ok in zip(pending, claims.acked, strict=True):
+            history.write(event="ack", worker=worker_no, item=c.item_id, ok=ok)
         for c in claims:
             history.write(event="claim", worker=worker_no, item=c.item_id, token=c.token, attempt=c.attempt)
-        acked = queue.ack_many(claims) if worker_no % 2 == 0 else [queue.ack(c) for c in claims]
+        if not claims:
+            break
+        if worker_no % 3 == 2:
+            pending = claims
+            continue
+        acked = queue.ack_many(claims) if worker_no % 3 == 0 else [queue.ack(c) for c in claims]
         for c, ok in zip(claims, acked, strict=True):
             history.write(event="ack", worker=worker_no, item=c.item_id, ok=ok)
     store.close()
@@ -128,7 +138,7 @@ def test_queue_claim_hands_each_item_to_exactly_one_worker(
                                  won=lambda e: e["event"] == "claim")
             assert queue.depth().total == 0
         finally:
-            client.delete(queue._due_key, queue._items_key, queue._inflight_key)
+            client.delete(*queue._keys)
         claims = [e for e in events if e["event"] == "claim"]
         acks = [e for e in events if e["event"] == "ack"]
         assert _items_got_by_several_workers(claims) == {}

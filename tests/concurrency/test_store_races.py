@@ -79,14 +79,16 @@ def test_concurrent_claims_are_disjoint_and_complete(ready_url: str, unique: str
     assert queue.depth().total == 0
 
 
-def test_stale_holders_are_refused_under_reclaim(ready_url: str, unique: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("ack_in_next_claim", [False, True], ids=["ack", "ack-in-next-claim"])
+def test_stale_holders_are_refused_under_reclaim(ready_url: str, unique: str, tmp_path: Path,
+                                                 ack_in_next_claim: bool) -> None:
     queue = onceonly.connect(ready_url).queue(unique)
     items = [f"job-{i:03d}" for i in range(40)]
     for item in items:
         queue.put(item)
     deadline = time.time() + 90
     history = run_workers(
-        store_workers.work_with_stalls, WORKERS, tmp_path, ready_url, unique, 0.6, deadline,
+        store_workers.work_with_stalls, WORKERS, tmp_path, ready_url, unique, 0.6, deadline, ack_in_next_claim,
         won=lambda e: e["event"] == "claim",
     )
     grants = defaultdict(list)

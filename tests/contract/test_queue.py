@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -51,7 +52,7 @@ def test_expired_claim_is_reclaimed_with_next_attempt(store: onceonly.Store, uni
     q.put("job", payload="p")
     (stale,) = q.claim(limit=1, lease=0.3)
     time.sleep(0.6)
-    assert q.depth().due == 1
+    assert q.depth() == onceonly.QueueDepth(due=1, scheduled=0, in_flight=0)  # a lease that ran out is due
     (fresh,) = q.claim(limit=1, lease=30)
     assert fresh.item_id == "job" and fresh.payload == "p"
     assert fresh.token > stale.token
@@ -145,3 +146,56 @@ def test_bad_put_arguments(store: onceonly.Store, unique: str) -> None:
     with pytest.raises(onceonly.ConfigError, match="JSON"):
         q.put("a", payload=object())
     assert q.depth().total == 0
+
+
+def test_claim_with_acks_acks_the_previous_batch_then_claims(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    for i in range(3):
+        q.put(f"w{i}", payload=i)
+    first = q.claim(limit=1, lease=30)
+    assert len(first) == 1 and first.acked == []
+    second = q.claim(limit=5, lease=30, acks=first)
+    assert second.acked == [True]
+    assert sorted((c.item_id, c.payload, c.attempt) for c in [*first, *second]) == [
+        ("w0", 0, 1), ("w1", 1, 1), ("w2", 2, 1)]
+    assert q.depth() == onceonly.QueueDepth(due=0, scheduled=0, in_flight=2)
+    # the same results as ack_many: already acked, listed twice, then nothing left
+    last = q.claim(limit=5, lease=30, acks=[first[0], *second, second[0]])
+    assert last == [] and last.acked == [False, True, True, False]
+    assert q.depth().total == 0
+
+
+def test_claim_with_acks_refuses_a_stale_claim(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put("job", payload="p")
+    (stale,) = q.claim(limit=1, lease=0.3)
+    time.sleep(0.6)
+    (fresh,) = q.claim(limit=1, lease=30)  # its lease ran out: re-granted
+    refused = q.claim(limit=1, lease=30, acks=[stale])
+    assert refused.acked == [False] and refused == []  # token-checked; the fresh holder keeps it
+    assert q.claim(limit=1, lease=30, acks=[fresh]).acked == [True]
+    assert q.depth().total == 0
+
+
+@pytest.mark.parametrize("bad", [{"limit": 0}, {"lease": -1}, {"acks": "w"}, {"acks": [object()]}])
+def test_claim_with_bad_arguments_acks_nothing(store: onceonly.Store, unique: str, bad: dict[str, object]) -> None:
+    q = store.queue(unique)
+    q.put("w")
+    held = q.claim(limit=1, lease=30)
+    with pytest.raises(onceonly.ConfigError):
+        q.claim(**{"limit": 1, "lease": 30, "acks": held, **bad})  # type: ignore[arg-type]
+    assert q.ack_many(held) == [True]  # still held: checked before the acks ran
+
+
+def test_ack_and_retry_check_the_token_as_well_as_the_owner(store: onceonly.Store, unique: str) -> None:
+    """Owners are random per grant, so only a claim altered by hand can carry the
+    holder's owner with another token: it is refused all the same."""
+    q = store.queue(unique)
+    q.put("t")
+    (held,) = q.claim(limit=1, lease=30)
+    for token in (held.token - 1, held.token + 1):
+        forged = dataclasses.replace(held, token=token)
+        assert q.ack(forged) is False
+        assert q.retry(forged, time.time()) is False
+        assert q.claim(limit=1, lease=30, acks=[forged]).acked == [False]
+    assert q.ack(held) is True

@@ -25,6 +25,8 @@ import psycopg
 import pytest
 import redis
 
+from onceonly_cli.simulate.webhook_checks import HOSTILE_RETRY_AFTER
+from onceonly_cli.simulate.webhook_load import MISADDRESSED_EVENTS, TRICKLE_EVENTS
 from tests.support.redis_servers import private_redis
 
 from .cli_support import ONCEONLY, REPO_ROOT, run_cli
@@ -33,6 +35,14 @@ ARTIFACTS = REPO_ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 EVENTS = 60
 ALL_EVENTS = 20  # per store: three runs
+# Every run also feeds the scenarios' events: hostile Retry-After, trickled, misaddressed.
+SCENARIO_EVENTS = len(HOSTILE_RETRY_AFTER) + TRICKLE_EVENTS + MISADDRESSED_EVENTS
+DOMAIN_INVARIANTS = {
+    "no cross-tenant delivery", "hostile Retry-After clamped", "trickled attempts cut at the deadline and retried",
+    "payments credited to the right invoice and asset", "unmatched payments recorded, never credited",
+    "multi-operation payments: each operation once", "no overdue before the due day ended",
+    "paused periods not billed", "no overdue e-mail for a paid invoice",
+}
 
 pytestmark = pytest.mark.slow
 
@@ -97,12 +107,12 @@ def test_simulate_with_crashes_keeps_every_invariant(crash_run: SimulateRun) -> 
     assert report["replicas"]["killed"] >= 1, "crashes were enabled but no replica was killed"
     assert 1 <= report["replicas"]["restarted"] <= report["replicas"]["killed"]  # none after the drain
     wh, paid = report["webhooks"], report["payments"]
-    assert wh["events_in"] == EVENTS
+    assert wh["events_in"] == EVENTS + SCENARIO_EVENTS
     assert wh["duplicate_messages"] > 0 and wh["messages_sent"] > wh["events_in"]
     assert wh["lost_deliveries"] == 0
     # One delivery per fed event, plus one per (subscription, invoice the watcher saw paid).
     assert paid["invoice_paid_deliveries"] > 0
-    assert wh["deliveries"] == EVENTS + paid["invoice_paid_deliveries"]
+    assert wh["deliveries"] == EVENTS + SCENARIO_EVENTS + paid["invoice_paid_deliveries"]
     assert wh["deliveries_made"] + wh["dead_letters"] == wh["deliveries"]
     assert paid["invoice_paid_received"] + paid["invoice_paid_dead"] == paid["invoice_paid_deliveries"]
     assert wh["duplicate_posts"] <= report["replicas"]["killed"]
@@ -113,10 +123,17 @@ def test_simulate_with_crashes_keeps_every_invariant(crash_run: SimulateRun) -> 
         assert tick["statuses"].get("ran", 0) <= 1, tick
         assert tick["deliveries"] >= 3, tick  # duplicates were delivered to several replicas
     assert all(e["ok"] for e in report["cron"]["effects"])
-    assert [e for e in paid["effects"] if e["what"] == "payments applied" and e["ok"] and e["actual"] > 0]
+    assert [e for e in paid["effects"] if e["what"] == "payment operations recorded" and e["ok"] and e["actual"] > 0]
     assert all(e["ok"] for e in paid["effects"])
     held = {i["name"] for i in report["invariants"] if i["ok"]}
     assert {"each payment applied once", "invoice.paid: one delivery per subscription"} <= held
+    assert held >= DOMAIN_INVARIANTS
+    seeded = report["scenarios"]
+    assert len(seeded["tenants"]) == 3 and len({t["time_zone"] for t in seeded["tenants"]}) == 3
+    assert {"asset_not_accepted", "wrong_currency", "unknown_invoice", "skipped"} <= set(
+        seeded["payments_not_credited"]) and seeded["multi_operation_transactions"] > 0
+    cancelled = [e for e in report["cron"]["effects"] if e["what"] == "e-mails cancelled (paid first)"]
+    assert cancelled and cancelled[0]["actual"] > 0  # paid before the e-mails went out: cancelled, not sent
     assert report["latency_ms"]["p50"] is not None and report["throughput_per_second"] > 0
     assert not processes_under(crash_run.tmp), "simulate left processes running"
 
@@ -127,10 +144,11 @@ def test_ticks_are_todays_schedule_and_progress_totals_add_up(crash_run: Simulat
         when = datetime.fromisoformat(tick["tick"].replace("Z", "+00:00"))
         assert now - timedelta(days=3) < when <= now, tick  # the last times the schedule fired
     bars = progress_bars(crash_run.stderr)
-    assert bars["events fed"] == (EVENTS, EVENTS)  # duplicates are not events
+    fed = EVENTS + SCENARIO_EVENTS
+    assert bars["events fed"] == (fed, fed)  # duplicates are not events
     paid = crash_run.report["payments"]["invoice_paid_deliveries"]
     assert bars["invoice.paid relayed"] == (paid, paid)
-    assert bars["deliveries finished"] == (EVENTS + paid, EVENTS + paid)
+    assert bars["deliveries finished"] == (fed + paid, fed + paid)
     assert all(done <= total for done, total in bars.values()), bars
 
 
@@ -204,7 +222,8 @@ def test_a_store_dying_mid_run_is_one_line_and_exit_1(tmp_path: Path) -> None:
 
 def test_html_report_is_self_contained_and_holds_the_chart_data(crash_run: SimulateRun) -> None:
     html = crash_run.html.read_text(encoding="utf-8")
-    for needle in ('id="throughput-chart"', 'id="replica-chart"', 'id="latency-chart"', 'id="report-data"'):
+    for needle in ('id="throughput-chart"', 'id="replica-chart"', 'id="latency-chart"', 'id="report-data"',
+                   "Domain scenarios seeded", "hostile Retry-After clamped"):
         assert needle in html
     start = html.index('<script type="application/json" id="report-data">') + len(
         '<script type="application/json" id="report-data">')
@@ -237,7 +256,8 @@ def test_store_all_runs_the_same_workload_on_every_store(all_run: SimulateRun) -
     assert comparison["ok"] is True and comparison["seed"] == 11
     for row, report in zip(comparison["stores"], comparison["reports"], strict=True):
         assert row["ok"] and row["invariants_held"] == row["invariants_total"] == len(report["invariants"])
-        assert report["config"]["store"] == row["store"] and report["webhooks"]["events_in"] == ALL_EVENTS
+        assert report["config"]["store"] == row["store"]
+        assert report["webhooks"]["events_in"] == ALL_EVENTS + SCENARIO_EVENTS
         assert row["throughput_per_second"] > 0 and row["p99_ms"] is not None
     # Each keyword started its own stand-in on a free port, and it is gone now.
     redis_url = comparison["reports"][1]["config"]["store_url"]
@@ -292,7 +312,7 @@ def test_comparison_report_is_self_contained_and_holds_every_run(all_run: Simula
     assert "https://" not in html and "src=" not in html  # the stores' 127.0.0.1 URLs are text, not fetches
 
 
-@pytest.mark.parametrize(("run", "loaded"), [("crash_run", f"Data loaded: {EVENTS} events"),
+@pytest.mark.parametrize(("run", "loaded"), [("crash_run", f"Data loaded: {EVENTS + SCENARIO_EVENTS} events"),
                                                ("all_run", "Data loaded: 3 stores, 3 throughput charts")])
 def test_html_report_renders_in_headless_chromium(
         run: str, loaded: str, request: pytest.FixtureRequest, chromium: str, tmp_path: Path) -> None:

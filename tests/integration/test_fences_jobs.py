@@ -470,8 +470,10 @@ class ScriptedSes:
 
     def __init__(self, message_id: str, *, fails: bool = False, during: Callable[[], None] | None = None) -> None:
         self.message_id, self.fails, self.during = message_id, fails, during
+        self.calls = 0  # sends started: e-mails that may have gone out
 
     def send(self, recipient: str, subject: str, body_text: str) -> str:
+        self.calls += 1
         if self.during is not None:
             self.during()
         if self.fails:
@@ -507,3 +509,139 @@ def test_a_stale_senders_outcome_is_refused_once_the_row_was_claimed_again(
     assert (row["status"], row["attempts"], row["provider_message_id"]) == ("sent", 2, "ses-newer")
     stale_outcome = "failed" if stale_send_fails else "sent"
     assert [(a["claim_token"], a["outcome"]) for a in log] == [(1, stale_outcome), (2, "sent")]
+
+
+# -- notifications: the last claim given up while its holder is only slow ------
+
+class Crash(Exception):
+    """A sender dying mid-send: not a SendError, so nothing is recorded."""
+
+
+def crash() -> None:
+    raise Crash
+
+
+def with_claims_used(conn: psycopg.Connection[Any], tenant: str, used: int) -> int:
+    """A notification that ``used`` earlier claims (attempts, tokens 1..used) left pending."""
+    data.add_notification(conn, tenant)
+    (row,) = data.rows(conn, "UPDATE notifications SET attempts = %s, claim_token = %s WHERE tenant_id = %s"
+                             " RETURNING id", used, used, tenant)
+    return int(row["id"])
+
+
+def notification_state(conn: psycopg.Connection[Any], note: int) -> tuple[Any, ...]:
+    (row,) = data.rows(conn, "SELECT status, attempts, claim_token, last_error, provider_message_id"
+                             " FROM notifications WHERE id = %s", note)
+    return tuple(row.values())
+
+
+def attempt_log(conn: psycopg.Connection[Any], note: int) -> list[tuple[int, str]]:
+    return [(a["claim_token"], a["outcome"]) for a in data.rows(
+        conn, "SELECT claim_token, outcome FROM notification_attempts WHERE notification_id = %s ORDER BY id", note)]
+
+
+@pytest.mark.parametrize("last_send_fails", [False, True], ids=["sent", "failed"])
+def test_a_slow_last_holder_still_records_its_outcome_after_the_give_up(
+        last_send_fails: bool, jobs_db: str, pool: ConnectionPool, newer_pool: ConnectionPool,
+        pg_store: onceonly.Store, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        note = with_claims_used(conn, tenant, 2)  # max_attempts 3: the next claim is the last
+    later_ses = ScriptedSes("ses-later")
+    seen: dict[str, Any] = {}
+
+    def give_up_meanwhile() -> None:
+        # The holder is paused mid-send past its claim (claim_ttl 0); a later run gives the row up.
+        seen["later"] = notifications.run(newer_pool, a_tick(pg_store, unique, "2026-11-29T10:10:00+00:00"),
+                                          later_ses, notification_settings(claim_ttl=TTL), tenant=tenant)
+        with data.connect(jobs_db) as conn:
+            seen["state"] = notification_state(conn, note)
+
+    slow = ScriptedSes("ses-slow", fails=last_send_fails, during=give_up_meanwhile)
+    result = notifications.run(pool, a_tick(pg_store, unique, "2026-11-29T10:05:00+00:00"), slow,
+                               notification_settings(claim_ttl=0.0), tenant=tenant)
+
+    assert seen["later"].abandoned == 1
+    assert seen["state"] == ("failed", 3, 3, notifications.GIVEN_UP, None)
+    assert (slow.calls, later_ses.calls) == (1, 0)  # the e-mail went out once
+    with data.connect(jobs_db) as conn:
+        status, attempts, token, error, message_id = notification_state(conn, note)
+        log = attempt_log(conn, note)
+    if last_send_fails:
+        assert (result.sent, result.failed, result.claims_lost) == (0, 1, 0)
+        assert (status, message_id) == ("failed", None) and "maximum sending rate" in error
+        assert log == [(3, "failed")]
+    else:
+        assert (result.sent, result.failed, result.claims_lost) == (1, 0, 0)
+        assert (status, attempts, token, error, message_id) == ("sent", 3, 3, None, "ses-slow")
+        assert log == [(3, "sent")]
+
+
+def test_an_older_holder_is_still_refused_after_the_give_up(
+        jobs_db: str, pool: ConnectionPool, newer_pool: ConnectionPool, pg_store: onceonly.Store,
+        unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        note = with_claims_used(conn, tenant, 1)  # holder 1 gets claim 2, holder 2 the last one (3)
+    seen: dict[str, Any] = {}
+
+    def newer_claims_dies_and_is_given_up() -> None:
+        # Holder 1's claim ran out at once: holder 2 claims the row, dies mid-send, and is given up.
+        with pytest.raises(Crash):
+            notifications.run(newer_pool, a_tick(pg_store, unique, "2026-11-29T10:10:00+00:00"),
+                              ScriptedSes("ses-dead", during=crash), notification_settings(claim_ttl=0.0),
+                              tenant=tenant)
+        seen["later"] = notifications.run(newer_pool, a_tick(pg_store, unique, "2026-11-29T10:15:00+00:00"),
+                                          ScriptedSes("ses-later"), notification_settings(claim_ttl=TTL),
+                                          tenant=tenant)
+
+    older = ScriptedSes("ses-older", during=newer_claims_dies_and_is_given_up)
+    result = notifications.run(pool, a_tick(pg_store, unique, "2026-11-29T10:05:00+00:00"), older,
+                               notification_settings(claim_ttl=0.0), tenant=tenant)
+
+    assert seen["later"].abandoned == 1
+    assert (result.sent, result.claims_lost) == (0, 1)
+    with data.connect(jobs_db) as conn:
+        assert notification_state(conn, note) == ("failed", 3, 3, notifications.GIVEN_UP, None)
+        assert attempt_log(conn, note) == [(2, "sent")]  # the audit of what holder 1 sent is kept
+
+
+def test_a_dead_last_holders_row_is_given_up_and_not_sent_again(
+        jobs_db: str, pool: ConnectionPool, newer_pool: ConnectionPool, pg_store: onceonly.Store,
+        unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        note = with_claims_used(conn, tenant, 2)
+    with pytest.raises(Crash):
+        notifications.run(pool, a_tick(pg_store, unique, "2026-11-29T10:05:00+00:00"),
+                          ScriptedSes("ses-dead", during=crash), notification_settings(claim_ttl=0.0), tenant=tenant)
+    later_ses = ScriptedSes("ses-later")
+    later = [notifications.run(newer_pool, a_tick(pg_store, unique, when), later_ses,
+                               notification_settings(claim_ttl=TTL), tenant=tenant)
+             for when in ("2026-11-29T10:10:00+00:00", "2026-11-29T10:15:00+00:00")]
+
+    assert [r.abandoned for r in later] == [1, 0]
+    assert later_ses.calls == 0
+    with data.connect(jobs_db) as conn:
+        assert notification_state(conn, note) == ("failed", 3, 3, notifications.GIVEN_UP, None)
+        assert attempt_log(conn, note) == []
+
+
+def test_only_a_give_up_takes_a_late_outcome_not_a_row_failed_otherwise(
+        jobs_db: str, pool: ConnectionPool, pg_store: onceonly.Store, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        note = with_claims_used(conn, tenant, 2)
+
+    def failed_by_hand() -> None:  # an operator stops the row while its last holder is sending
+        with data.connect(jobs_db) as conn:
+            conn.execute("UPDATE notifications SET status = 'failed', last_error = 'stopped by hand' WHERE id = %s",
+                         (note,))
+
+    result = notifications.run(pool, a_tick(pg_store, unique, "2026-11-29T10:05:00+00:00"),
+                               ScriptedSes("ses-last", during=failed_by_hand), notification_settings(claim_ttl=TTL),
+                               tenant=tenant)
+
+    assert (result.sent, result.claims_lost) == (0, 1)
+    with data.connect(jobs_db) as conn:
+        assert notification_state(conn, note) == ("failed", 3, 3, "stopped by hand", None)

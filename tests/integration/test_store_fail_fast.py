@@ -146,8 +146,11 @@ def test_postgres_idle_connection_killed_by_the_server_does_not_fail_the_next_ca
     try:
         assert tagged.acquire(unique, ttl=60) is not None
         with psycopg.connect(store_url, autocommit=True) as admin:
+            # With a timeout it returns once the backend has exited, i.e. closed
+            # the socket, as a server does before the pool next hands it out.
             killed = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                " WHERE application_name = %s",
                 (unique,),
             ).fetchone()
         assert killed is not None and killed[0] >= 1

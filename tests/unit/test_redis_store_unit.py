@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import onceonly
-from onceonly.stores.redis import SCRIPT_NAMES, SCRIPT_SOURCES, RedisStore
+from onceonly.stores.redis import SCRIPT_NAMES, SCRIPT_SOURCES, RedisStore, script_file
 
 
 class CountingClient(fakeredis.FakeRedis):
@@ -51,11 +51,13 @@ def store(client: CountingClient) -> RedisStore:
 
 
 def test_every_script_file_documents_its_interface() -> None:
-    for name, source in SCRIPT_SOURCES.items():
+    for name in SCRIPT_NAMES:
+        source = script_file(name)
         header = source.split("\nlocal", 1)[0]
         for part in ("KEYS", "ARGV", "Returns", "Race closed"):
             assert part in header, f"redis_{name}.lua header lacks {part}"
         assert not re.search(r"""['"]\w*:\{""", source), f"redis_{name}.lua builds a key name itself"
+        assert SCRIPT_SOURCES[name] == script_file("common") + source  # the shared helpers come first
 
 
 def test_scripts_registered_once_per_store_and_run_by_sha(
@@ -77,7 +79,8 @@ def test_scripts_registered_once_per_store_and_run_by_sha(
     assert client.registered == len(SCRIPT_NAMES)  # queues reuse the store's scripts
     assert set(sent) == {"EVALSHA"}
     # each script is loaded once, on the first NOSCRIPT, then run by its SHA
-    assert client.commands == ["SCRIPT LOAD"] * 4
+    # (acquire, put, claim; ack is the claim script with limit 0)
+    assert client.commands == ["SCRIPT LOAD"] * 3
 
 
 def test_keys_carry_the_prefix_and_one_hash_tag_per_queue(
@@ -87,7 +90,7 @@ def test_keys_carry_the_prefix_and_one_hash_tag_per_queue(
     store.queue("mail").put("a", due_at=1.0)
     store.queue("mail").claim(limit=1, lease=5)
     keys = sorted(fakeredis.FakeRedis(server=server, decode_responses=True).keys("*"))
-    assert keys == ["unit:{lease:job}", "unit:{q:mail}:due", "unit:{q:mail}:inflight", "unit:{q:mail}:items"]
+    assert keys == ["unit:{lease:job}", "unit:{q:mail}:rec", "unit:{q:mail}:sched"]
 
 
 def test_from_url_strips_prefix_and_sets_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,138 +1,180 @@
-"""The scheduled-jobs half of the simulation: one tenant's invoices and
+"""The scheduled-jobs half of the simulation: each tenant's invoices and
 recurring schedules, the ticks each job gets, and afterwards the effects
 counted in the database against what exactly one run per tick must produce.
 
 Each job's ticks are the last times its schedule fired (schedule.py); the
-run's own database and store (run_scope.py) keep runs apart. The rows are still
-scoped to the run's tenant (TENANT_VAR: each replica applies it with
-onceonly_cli.job_scope before loading the handlers)."""
+run's own database and store (run_scope.py) keep runs apart, so the jobs run
+unscoped, over every tenant, as deployed.
+
+Seeded per tenant (tenants.py), to be judged by billing_checks.py:
+- invoices whose due day (in the tenant's time zone) ended before the last
+  overdue tick, invoices not due for a month, and one due on the last tick's
+  local day, early in that day: a due day judged in UTC would move it;
+- daily schedules with missed periods, one of them with a pause window over
+  part of its catch-up: those periods must never be billed."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 
 from .loadgen import CronJob
-from .replica import TENANT_VAR
 from .report import EffectCheck
+from .tenants import Tenant, seed_tenants
 
-OVERDUE_INVOICES = 12
-NOT_YET_DUE_INVOICES = 4
-SCHEDULES = 3
+OVERDUE_INVOICES = 6  # per tenant
+NOT_YET_DUE_INVOICES = 5  # per tenant
+SCHEDULES = 2  # per tenant; the second has a pause window
+PAUSE = (1, 3)  # the paused schedule's window [anchor + 1, anchor + 3): two periods never billed
+PAUSED_MISSED = 6  # periods of the paused schedule already due at the first tick
 TICKS_PER_JOB = 2  # the last two times each job's schedule fired
-OVERDUE_JOB, RECURRING_JOB = "overdue-invoices", "recurring-billing"
+OVERDUE_JOB, RECURRING_JOB, NOTIFICATIONS_JOB = "overdue-invoices", "recurring-billing", "notifications"
 SES_FROM = "billing@onceonly.invalid"
 
 INSERT_INVOICE = """
-INSERT INTO invoices (id, tenant_id, customer_email, amount_cents, status, due_at)
-VALUES (%s, %s, %s, %s, 'open', %s)"""
+INSERT INTO invoices (id, tenant_id, customer_email, amount_cents, currency, status, due_at)
+VALUES (%s, %s, %s, %s, %s, 'open', %s)"""
 INSERT_SCHEDULE = """
-INSERT INTO billing_schedules (id, tenant_id, customer_email, amount_cents, cadence, anchor)
-VALUES (%s, %s, %s, %s, 'daily', %s)"""
+INSERT INTO billing_schedules (id, tenant_id, customer_email, amount_cents, currency, cadence, anchor)
+VALUES (%s, %s, %s, %s, %s, 'daily', %s)"""
+INSERT_PAUSE = "INSERT INTO billing_schedule_pauses (schedule_id, paused_on, resumed_on) VALUES (%s, %s, %s)"
 COUNTS = {
-    "invoices overdue at the end": "SELECT count(*) FROM invoices WHERE tenant_id = %s AND status = 'overdue'",
+    "invoices overdue at the end": "SELECT count(*) FROM invoices WHERE tenant_id = ANY(%s) AND status = 'overdue'",
     "overdue history rows": """SELECT count(*) FROM invoice_status_history h JOIN invoices i ON i.id = h.invoice_id
-                                WHERE i.tenant_id = %s AND h.to_status = 'overdue'""",
-    "overdue activity events": "SELECT count(*) FROM activity_events WHERE tenant_id = %s AND kind = 'invoice.overdue'",
-    "invoices generated": "SELECT count(*) FROM invoices WHERE tenant_id = %s AND schedule_id IS NOT NULL",
-    "invoice.created events": "SELECT count(*) FROM activity_events WHERE tenant_id = %s AND kind = 'invoice.created'",
-    "e-mails queued": "SELECT count(*) FROM notifications WHERE tenant_id = %s",
-    "e-mails sent": "SELECT count(*) FROM notifications WHERE tenant_id = %s AND status = 'sent'",
+                                WHERE i.tenant_id = ANY(%s) AND h.to_status = 'overdue'""",
+    "overdue activity events": """SELECT count(*) FROM activity_events
+                                   WHERE tenant_id = ANY(%s) AND kind = 'invoice.overdue'""",
+    "invoices generated": "SELECT count(*) FROM invoices WHERE tenant_id = ANY(%s) AND schedule_id IS NOT NULL",
+    "invoice.created events": """SELECT count(*) FROM activity_events
+                                  WHERE tenant_id = ANY(%s) AND kind = 'invoice.created'""",
+    "e-mails queued": "SELECT count(*) FROM notifications WHERE tenant_id = ANY(%s)",
+    "e-mails sent": "SELECT count(*) FROM notifications WHERE tenant_id = ANY(%s) AND status = 'sent'",
+    "e-mails cancelled (paid first)": """SELECT count(*) FROM notifications
+                                          WHERE tenant_id = ANY(%s) AND status = 'cancelled'""",
 }
 JOB_OF = {
-    "invoices overdue at the end": "overdue-invoices", "overdue history rows": "overdue-invoices",
-    "overdue activity events": "overdue-invoices", "invoices generated": "recurring-billing",
-    "invoice.created events": "recurring-billing", "e-mails queued": "overdue + recurring",
-    "e-mails sent": "notifications",
+    "invoices overdue at the end": OVERDUE_JOB, "overdue history rows": OVERDUE_JOB,
+    "overdue activity events": OVERDUE_JOB, "invoices generated": RECURRING_JOB,
+    "invoice.created events": RECURRING_JOB, "e-mails queued": "overdue + recurring",
+    "e-mails sent": NOTIFICATIONS_JOB, "e-mails cancelled (paid first)": NOTIFICATIONS_JOB,
 }
-
-
-def _midnight(moment: datetime) -> datetime:
-    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @dataclass(frozen=True)
 class SeededInvoice:
     id: str
+    tenant: Tenant
     amount_cents: int
-    overdue: bool  # past due at the first tick: the overdue job moves it
+    kind: str  # "overdue" (its due day ended before the last overdue tick), "due today" or "not due"
+
+    @property
+    def overdue(self) -> bool:
+        return self.kind == "overdue"
 
 
-def run_tenant(run_id: str) -> str:
-    """The run's tenant: its invoices, schedules and webhook subscriptions."""
-    return f"sim-{run_id}"
+def local_due_at(zone: str, day: date, rng: random.Random) -> datetime:
+    """A time early in ``day`` (before 09:00) in ``zone``: in Honolulu and Tokyo
+    that instant's UTC date is the day before, whose end the last tick is past."""
+    return datetime.combine(day, time(rng.randrange(9), rng.randrange(60)), ZoneInfo(zone))
+
+
+def billed_periods(anchor: date, last: date, pause: tuple[date, date] | None) -> int:
+    """Daily periods from ``anchor`` to ``last`` (both included), less those
+    starting inside the pause window [from, until)."""
+    total = (last - anchor).days + 1
+    if pause is None:
+        return total
+    return total - sum(1 for k in range(total) if pause[0] <= anchor + timedelta(days=k) < pause[1])
 
 
 @dataclass
 class BillingLoad:
-    run_id: str
     rng: random.Random
     jobs: dict[str, str]  # logical id -> job name, of the jobs present
     ticks: dict[str, list[datetime]]  # job name -> its ticks, oldest first
-    tenant: str = ""
+    tenants: list[Tenant]
     expected: dict[str, int] = field(default_factory=dict)
     invoices: list[SeededInvoice] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        self.tenant = run_tenant(self.run_id)
-
     def env(self) -> dict[str, str]:
         return {
-            TENANT_VAR: self.tenant,
             "TICK_LEASE_SECONDS": "2",  # a crashed run's tick is taken over this soon
             "NOTIFICATION_CLAIM_SECONDS": "1.5",  # must run out before the tick's takeover
             "SES_FROM_ADDRESS": SES_FROM,
         }
 
-    def cron_jobs(self) -> list[CronJob]:
-        # Order matters: e-mails are sent after the jobs that queue them ran.
-        order = ["OverdueInvoicesFunction", "RecurringBillingFunction", "NotificationsFunction"]
-        return [CronJob(fid, self.jobs[fid], self.ticks[self.jobs[fid]]) for fid in order if fid in self.jobs]
+    def cron_jobs(self, watcher: CronJob | None = None) -> list[CronJob]:
+        """Jobs run one after another in this order: e-mails are sent after the
+        jobs that queue them ran, and after the payment watcher paid some of the
+        overdue invoices, whose e-mails must then be cancelled, not sent."""
+        order = ["OverdueInvoicesFunction", "RecurringBillingFunction"]
+        jobs = [CronJob(fid, self.jobs[fid], self.ticks[self.jobs[fid]]) for fid in order if fid in self.jobs]
+        jobs += [watcher] if watcher else []
+        if "NotificationsFunction" in self.jobs:
+            jobs.append(CronJob("NotificationsFunction", NOTIFICATIONS_JOB, self.ticks[NOTIFICATIONS_JOB]))
+        return jobs
 
     def seed(self, database_url: str) -> None:
-        overdue_ticks, billing_ticks = self.ticks[OVERDUE_JOB], self.ticks[RECURRING_JOB]
+        last_overdue, billing_ticks = self.ticks[OVERDUE_JOB][-1], self.ticks[RECURRING_JOB]
+        overdue = generated = 0
         with psycopg.connect(database_url) as conn:
-            for i in range(OVERDUE_INVOICES + NOT_YET_DUE_INVOICES):
-                overdue = i < OVERDUE_INVOICES
-                # overdue: due on a day (UTC) that ended before the first tick
-                due = _midnight(overdue_ticks[0]) - timedelta(hours=self.rng.randint(1, 214)) if overdue else \
-                    overdue_ticks[-1] + timedelta(days=30)
-                invoice = SeededInvoice(f"inv_{self.tenant}_{i}", 1000 + i, overdue)
-                conn.execute(INSERT_INVOICE, (invoice.id, self.tenant, f"c{i}@example.com", invoice.amount_cents,
-                                              due))
-                self.invoices.append(invoice)
-            generated = 0
-            for s in range(SCHEDULES):
-                missed = self.rng.randint(1, 4)  # periods already due at the first tick
-                anchor = billing_ticks[0].date() - timedelta(days=missed - 1)
-                conn.execute(INSERT_SCHEDULE, (f"sch_{self.tenant}_{s}", self.tenant, f"s{s}@example.com",
-                                               500 + s, anchor))
-                generated += (billing_ticks[-1].date() - anchor).days + 1
+            seed_tenants(conn, self.tenants)  # type: ignore[arg-type]
+            for tenant in self.tenants:
+                today = last_overdue.astimezone(ZoneInfo(tenant.time_zone)).date()  # the last tick's local day
+                for i in range(OVERDUE_INVOICES + 1 + NOT_YET_DUE_INVOICES):
+                    kind = "overdue" if i < OVERDUE_INVOICES else "due today" if i == OVERDUE_INVOICES else "not due"
+                    day = today - timedelta(days=self.rng.randint(1, 8)) if kind == "overdue" else \
+                        today if kind == "due today" else today + timedelta(days=30)
+                    invoice = SeededInvoice(f"inv_{tenant.id}_{i}", tenant, 1200 + 3 * i, kind)
+                    conn.execute(INSERT_INVOICE, (invoice.id, tenant.id, f"c{i}@example.com", invoice.amount_cents,
+                                                  tenant.currency, local_due_at(tenant.time_zone, day, self.rng)))
+                    self.invoices.append(invoice)
+                    overdue += invoice.overdue
+                for s in range(SCHEDULES):
+                    paused = s == SCHEDULES - 1
+                    missed = PAUSED_MISSED if paused else self.rng.randint(1, 4)  # periods due at the first tick
+                    anchor = billing_ticks[0].date() - timedelta(days=missed - 1)
+                    schedule_id = f"sch_{tenant.id}_{s}"
+                    conn.execute(INSERT_SCHEDULE, (schedule_id, tenant.id, f"s{s}@example.com", 500 + s,
+                                                   tenant.currency, anchor))
+                    window = (anchor + timedelta(days=PAUSE[0]), anchor + timedelta(days=PAUSE[1])) if paused \
+                        else None
+                    if window:
+                        conn.execute(INSERT_PAUSE, (schedule_id, *window))
+                    generated += billed_periods(anchor, billing_ticks[-1].date(), window)
         has = self.jobs.values()
-        overdue_count = OVERDUE_INVOICES if "overdue-invoices" in has else 0
-        generated = generated if "recurring-billing" in has else 0
+        overdue = overdue if OVERDUE_JOB in has else 0
+        generated = generated if RECURRING_JOB in has else 0
         self.expected = {
-            "invoices overdue at the end": overdue_count, "overdue history rows": overdue_count,
-            "overdue activity events": overdue_count, "invoices generated": generated,
-            "invoice.created events": generated, "e-mails queued": overdue_count + generated,
+            "invoices overdue at the end": overdue, "overdue history rows": overdue,
+            "overdue activity events": overdue, "invoices generated": generated,
+            "invoice.created events": generated, "e-mails queued": overdue + generated,
         }
-        if "notifications" in has:
-            self.expected["e-mails sent"] = overdue_count + generated
+        if NOTIFICATIONS_JOB in has:
+            self.expected["e-mails sent"] = overdue + generated
+            self.expected["e-mails cancelled (paid first)"] = 0
 
     def expect_paid_after_overdue(self, count: int) -> None:
-        """``count`` overdue invoices get paid later in the run: they end `paid`,
-        not `overdue` (their overdue history rows and events stay)."""
-        if "invoices overdue at the end" in self.expected:
-            self.expected["invoices overdue at the end"] -= count
+        """``count`` overdue invoices get paid later in the run, before the
+        e-mails go out: they end `paid`, not `overdue` (their overdue history
+        rows and events stay), and their overdue e-mails are cancelled."""
+        if OVERDUE_JOB not in self.jobs.values():
+            return
+        self.expected["invoices overdue at the end"] -= count
+        if "e-mails sent" in self.expected:
+            self.expected["e-mails sent"] -= count
+            self.expected["e-mails cancelled (paid first)"] += count
 
     def effects(self, conn: psycopg.Connection[Any]) -> list[EffectCheck]:
+        ids = [t.id for t in self.tenants]
         checks = []
         for what, expected in self.expected.items():
-            row = conn.execute(COUNTS[what], (self.tenant,)).fetchone()  # type: ignore[arg-type]
+            row = conn.execute(COUNTS[what], (ids,)).fetchone()  # type: ignore[arg-type]
             checks.append(EffectCheck(JOB_OF[what], what, expected, int(row[0]) if row else -1))
         return checks
 

@@ -12,7 +12,6 @@ import secrets
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,14 +33,16 @@ from .comparison import build_comparison, print_comparison
 from .drain import DrainWatch
 from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
 from .html_report import render_comparison_html, render_html
-from .loadgen import CronJob, Driver
+from .loadgen import Driver
 from .payments_load import PaymentsLoad
+from .plan import RETRY_AFTER_CAP, RETRY_SCHEDULE, Plan, domain_invariants, scenarios
 from .replicas import ReplicaPool, ReplicaStartError
 from .report import build_report
 from .report_text import print_report
 from .schedule import recent_ticks
 from .sqs_bridge import SqsBridge
 from .stack import Stack, start_stack
+from .tenants import run_tenants
 from .webhook_load import WebhookLoad
 
 # The jobs simulate seeds and checks. The payment watcher also needs moto (its
@@ -53,7 +54,6 @@ INVARIANT_BROKEN = 3
 POLL_EVERY = 0.5  # seconds between database checks of what is still unfinished
 CONNECT_TIMEOUT = 0.5
 CLAIM_BATCH = 2
-RETRY_SCHEDULE = "0.2,0.5,1.0"  # seconds; 4 attempts, then dead-lettered
 
 
 def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]:
@@ -68,7 +68,8 @@ def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]
         "WEBHOOK_CLAIM_BATCH": str(CLAIM_BATCH),
         "WEBHOOK_ATTEMPT_LEASE": str(lease),
         "WEBHOOK_DEADLINE_MARGIN": "1",
-        "WEBHOOK_RETRY_SCHEDULE": RETRY_SCHEDULE,
+        "WEBHOOK_RETRY_SCHEDULE": ",".join(map(str, RETRY_SCHEDULE)),
+        "WEBHOOK_MAX_RETRY_AFTER": str(RETRY_AFTER_CAP),
         "WEBHOOK_QUEUE": queue_name,
     }
 
@@ -95,19 +96,6 @@ def replica_env(stack: Stack, specs: dict[str, Any], extra: dict[str, str]) -> d
     env["AWS_ENDPOINT_URL_SES"] = env["AWS_ENDPOINT_URL_SQS"] = stack.aws_endpoint
     env.update(extra)
     return env
-
-
-@dataclass
-class Plan:
-    """What a run feeds and later judges, seeded before the replicas start."""
-
-    webhooks: WebhookLoad
-    billing: BillingLoad
-    payments: PaymentsLoad | None  # None when the template has no payment watcher
-    bridge: SqsBridge | None  # the watcher's SQS queue, drained into the dispatcher
-    messages: list[Any]
-    retry_queue: str
-    cron_jobs: list[CronJob]
 
 
 def simulate_command(args: argparse.Namespace) -> int:
@@ -156,7 +144,7 @@ def run_simulation(args: argparse.Namespace, store: str | None, seed: int, specs
                       database="embedded" if stack.embedded_database else "external")
         plan = _seed(args, stack, rng, run_id, specs, cleanup)
         env = replica_env(stack, specs, webhook_settings(args.receiver_latency, plan.retry_queue))
-        env.update(plan.billing.env())
+        env.update(plan.billing.env(), POWERTOOLS_LOG_LEVEL=args.log_level)
         if plan.payments and plan.bridge:
             env.update(plan.payments.env(stack.payments.url, plan.bridge.queue_url))
         config["cron_jobs"] = [job.job for job in plan.cron_jobs]
@@ -180,25 +168,25 @@ def cron_ticks(specs: dict[str, Any], now: datetime) -> dict[str, list[datetime]
 
 def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: str, specs: dict[str, Any],
           cleanup: ExitStack) -> Plan:
-    webhooks = WebhookLoad(run_id, rng)
+    tenants = run_tenants(run_id)
+    webhooks = WebhookLoad(run_id, rng, tenants)
     webhooks.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
-    messages = webhooks.messages(args.events)
+    messages = webhooks.messages(args.events, stack.receiver)
     ticks = cron_ticks(specs, datetime.now(UTC))
-    billing = BillingLoad(run_id, rng, {fid: job for fid, job in CRON_JOBS.items()
-                                        if fid in specs and fid in BILLING_JOBS}, ticks)
+    billing = BillingLoad(rng, {fid: job for fid, job in CRON_JOBS.items() if fid in specs and fid in BILLING_JOBS},
+                          ticks, tenants)
     billing.seed(stack.database_url)
-    cron_jobs = billing.cron_jobs()
     payments = bridge = None
     verify_ses_sender(stack.aws_endpoint)
     if WATCHER in specs:
         bridge = SqsBridge(stack.aws_endpoint, f"sim-{run_id}-webhook-events")
         cleanup.callback(bridge.close)
-        payments = PaymentsLoad(billing.tenant, rng, ticks[CRON_JOBS[WATCHER]])
+        payments = PaymentsLoad(tenants, rng, ticks[CRON_JOBS[WATCHER]])
         billing.expect_paid_after_overdue(payments.seed(stack.database_url, stack.payments, billing.invoices,
-                                                        webhooks.subscription_ids))
+                                                        webhooks.subscriptions_by_tenant()))
         webhooks.expect(payments.expected_deliveries())
-        cron_jobs.append(payments.cron_job())  # last: it pays invoices the overdue job moved
-    return Plan(webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
+    cron_jobs = billing.cron_jobs(payments.cron_job() if payments else None)
+    return Plan(tenants, webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
 
 
 def _write(path: Path, text: str) -> None:
@@ -216,14 +204,16 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
                         TimeElapsedColumn(), console=console, transient=False)
     cleanup.enter_context(progress)
     started_task = progress.add_task("replicas started", total=args.replicas)
-    pool = ReplicaPool(args.replicas, env, stack.work_dir, crash_rate=args.crash_rate, rng=rng,
+    log_dir = args.log_dir or stack.work_dir
+    log_dir.mkdir(parents=True, exist_ok=True)
+    pool = ReplicaPool(args.replicas, env, log_dir, crash_rate=args.crash_rate, rng=rng,
                        timeouts=timeouts, on_start=lambda _i: None)
     cleanup.callback(pool.stop)
     pool_started = time.time()
     try:
         pool.start()
     except ReplicaStartError as exc:
-        log = stack.work_dir / "replica-0.log"
+        log = log_dir / "replica-0.log"
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.exists() else []
         raise CliError(f"{exc}: {tail[0] if tail else 'no log'}") from None
     progress.update(started_task, completed=args.replicas)
@@ -258,6 +248,7 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         relayed = load.relay(plan.bridge.take()) if plan.bridge else []
         driver.enqueue(relayed)
         unfinished, total, attempts = load.unfinished(conn)
+        load.sample_retry_schedules(conn)
         # Read on every poll, not only at the end: a store that died mid-run
         # stops the run here at once (one line, exit 1; see main.py).
         retry_depth = retry_queue.depth().total
@@ -282,4 +273,5 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         effects=plan.billing.effects(conn), payments=plan.payments.effects(conn) if plan.payments else None,
         paid_ids=plan.payments.expected_deliveries() if plan.payments else set(),
         invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,
-        drain_detail=watch.detail())
+        drain_detail=watch.detail(), domain=domain_invariants(conn, stack.receiver, plan, pool.kills),
+        scenarios=scenarios(plan))

@@ -8,6 +8,8 @@ import json
 from html import escape
 from typing import Any
 
+from .report import scenario_rows
+
 # Nothing may be fetched: the page is one file, opened offline.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777"]
@@ -155,8 +157,9 @@ def _sections(report: dict[str, Any], suffix: str = "") -> str:
         payment_rows.append(["invoice.paid deliveries received (one per subscription and paid invoice)",
                              str(payments["invoice_paid_deliveries"]), str(payments["invoice_paid_received"]),
                              _mark(payments["invoice_paid_ok"])])
+    scenario_html = [[escape(what), escape(value)] for what, value in scenario_rows(report.get("scenarios") or {})]
     config = ", ".join(f"{k}={v}" for k, v in report["config"].items())
-    verdict = ("every exactly-once invariant held" if report["ok"] else "an exactly-once invariant broke")
+    verdict = ("every invariant held, exactly-once and domain" if report["ok"] else "an invariant broke")
     charts = [
         line_chart(f"throughput-chart{suffix}", "deliveries per second", series, timeline["bucket_seconds"]),
         f'<p class="legend">{legend}</p>',
@@ -174,7 +177,8 @@ def _sections(report: dict[str, Any], suffix: str = "") -> str:
 <h2>Latency</h2>{charts[3]}
 <h2>Cron ticks</h2>{_table(["job", "tick", "deliveries", "outcomes", "once"], tick_rows)}
 <h2>Cron effects</h2>{_table(["job", "effect", "expected", "actual", "result"], effect_rows)}
-{f'<h2>Payments</h2>{_table(["effect", "expected", "actual", "result"], payment_rows)}' if payment_rows else ""}"""
+{f'<h2>Payments</h2>{_table(["effect", "expected", "actual", "result"], payment_rows)}' if payment_rows else ""}
+{f'<h2>Domain scenarios seeded</h2>{_table(["what", "seeded"], scenario_html)}' if scenario_html else ""}"""
 
 
 def _page(title: str, body: str, data: dict[str, Any], script: str) -> str:
@@ -213,8 +217,8 @@ def render_comparison_html(comparison: dict[str, Any]) -> str:
                   [(n, round(r["p99_ms"] or 0)) for n, r in zip(names, comparison["stores"], strict=True)],
                   "store", color_offset=4),
     ]
-    verdict = ("every exactly-once invariant held on every store" if comparison["ok"]
-               else "an exactly-once invariant broke")
+    verdict = ("every invariant held on every store" if comparison["ok"]
+               else "an invariant broke")
     runs = "".join(f'<section class="store-run" id="run-{escape(r["config"]["store"])}">'
                    f'<h2>{escape(r["config"]["store"])}</h2>{_sections(r, "-" + r["config"]["store"])}</section>'
                    for r in comparison["reports"])

@@ -1,7 +1,19 @@
 """The payment-watcher part of the simulation: payments in the fake payments
-API for some of the run's invoices, the watcher's ticks, and afterwards the
-checks that each payment was applied once and that each invoice it paid was
-announced once to every subscription.
+API for the invoices of every tenant, the watcher's ticks, and afterwards the
+checks that each payment operation was applied once and that each invoice it
+paid was announced once to every subscription of its tenant.
+
+Each tenant has a receiving account of its own. Per tenant the API holds:
+- credited payments: overdue invoices paid in full (late) or in half (partial),
+  an invoice paid in two transactions, one paid by ONE transaction of three
+  payment operations, and one by a transaction that also carries an operation
+  in an asset code nobody accepts, from the right issuer (that operation alone
+  is unmatched);
+- payments that must not be credited, each aimed at an invoice of its own that
+  must stay unpaid: the native asset, the right code from another issuer, the
+  other currency's accepted asset, a memo naming another tenant's invoice (paid
+  to this tenant's account), a payment to an account that is not ours (skipped,
+  not even recorded); and a memo that names no invoice at all.
 
 The payments are all in the API before the watcher's first tick. Whichever run
 polls first applies them; a run killed mid-poll leaves its tick unfinished, so a
@@ -19,92 +31,145 @@ from typing import Any
 
 import psycopg
 
+from ..fake_payments import random_account
 from .billing_load import SeededInvoice
 from .loadgen import CronJob
+from .payment_checks import SeededPayment
 from .report import EffectCheck
+from .tenants import Tenant
 
-FULLY_PAID_OVERDUE = 4  # one payment each
-PAID_IN_TWO_PARTS = 2  # not yet due; two half payments each, the second one pays the invoice
-PARTLY_PAID = 1  # overdue; half paid, stays overdue, no event
-UNMATCHED = 1  # a memo that names no invoice: recorded, nothing paid
 PAGE_LIMIT = 4  # small pages, so the cursor moves several times per poll
 POLLER_LEASE_SECONDS = "1.5"  # below TICK_LEASE_SECONDS (2)
 JOB = "payment-watcher"
 FUNCTION = "PaymentWatcherFunction"
+ASSET_CODES = {"USD": "USD", "EUR": "EURC"}  # the accepted asset code of each currency (the fake's issuer)
+MULTI_OP_PARTS = 3
+# One payment operation: cents, its asset ("CODE", "CODE:ISSUER", None for the
+# native asset), and None if it is credited, else why not ("skipped": not ours).
+Op = tuple[int, str | None, str | None]
 
 RECEIVING_ACCOUNT = "INSERT INTO payment_accounts (account_id, tenant_id) VALUES (%s, %s)"
 COUNTS = {
-    "payments applied": "SELECT count(*) FROM payments WHERE transaction_hash = ANY(%(hashes)s)",
-    "invoices paid": "SELECT count(*) FROM invoices WHERE id = ANY(%(invoices)s) AND status = 'paid'",
+    "payment operations recorded": "SELECT count(*) FROM payments WHERE payment_id = ANY(%(payments)s)",
+    "invoices paid": "SELECT count(*) FROM invoices WHERE id = ANY(%(paid)s) AND status = 'paid'",
     "paid history rows": """SELECT count(*) FROM invoice_status_history
                              WHERE invoice_id = ANY(%(invoices)s) AND to_status = 'paid'""",
     "invoice.paid activity events": """SELECT count(*) FROM activity_events
                                         WHERE invoice_id = ANY(%(invoices)s) AND kind = 'invoice.paid'""",
     "invoice.paid outbox rows": """SELECT count(*) FROM webhook_outbox
-                                    WHERE webhook_id = ANY(%(subscriptions)s) AND event_type = 'invoice.paid'
-                                      AND tenant_id = %(tenant)s""",
+                                    WHERE webhook_id = ANY(%(subscriptions)s) AND event_type = 'invoice.paid'""",
 }
-
-
-@dataclass(frozen=True)
-class SeededPayment:
-    transaction_hash: str
-    memo: str
-    amount_cents: int
-    pays: str | None  # the invoice this payment completes, if any
 
 
 @dataclass
 class PaymentsLoad:
-    tenant: str
+    tenants: list[Tenant]
     rng: random.Random
     tick_times: list[datetime]
     payments: list[SeededPayment] = field(default_factory=list)
-    subscription_ids: list[str] = field(default_factory=list)
-    accepted_assets: str = ""  # PAYMENTS_ACCEPTED_ASSETS: the fake API's USD
+    subscriptions: dict[str, list[str]] = field(default_factory=dict)  # tenant -> its subscription ids
+    accounts: dict[str, str] = field(default_factory=dict)  # tenant -> its receiving account
+    baits: dict[str, str] = field(default_factory=dict)  # invoice id -> the bad payment aimed at it
+    accepted_assets: str = ""  # PAYMENTS_ACCEPTED_ASSETS: the fake API's USD and EURC
+    issuer: str = ""
 
-    def seed(self, database_url: str, fake: Any, invoices: list[SeededInvoice], subscription_ids: list[str]) -> int:
+    def seed(self, database_url: str, fake: Any, invoices: list[SeededInvoice],
+             subscriptions: dict[str, list[str]]) -> int:
         """Add the payments to the fake API (``FakePayments``); returns how many
         overdue invoices they pay (those end `paid`, not `overdue`). The run's
         database is fresh, so the watcher starts with no cursor."""
+        self.issuer = fake.issuer
+        self.accepted_assets = " ".join(f"{currency}={code}:{fake.issuer}" for currency, code in ASSET_CODES.items())
+        self.subscriptions = {tenant: list(ids) for tenant, ids in subscriptions.items()}
         with psycopg.connect(database_url) as conn:
-            conn.execute(RECEIVING_ACCOUNT, (fake.receiver, self.tenant))
-        self.accepted_assets = f"USD=USD:{fake.issuer}"
-        self.subscription_ids = list(subscription_ids)
-        overdue = [i for i in invoices if i.overdue]
-        not_due = [i for i in invoices if not i.overdue]
-        picked = self.rng.sample(overdue, FULLY_PAID_OVERDUE + PARTLY_PAID)
-        full, partial = picked[:FULLY_PAID_OVERDUE], picked[FULLY_PAID_OVERDUE:]
-        for invoice in full:
-            self._add(fake, invoice.id, invoice.amount_cents, pays=invoice.id)
-        for invoice in self.rng.sample(not_due, PAID_IN_TWO_PARTS):
-            half = invoice.amount_cents // 2
-            self._add(fake, invoice.id, half, pays=None)
-            self._add(fake, invoice.id, invoice.amount_cents - half, pays=invoice.id)
-        for invoice in partial:
-            self._add(fake, invoice.id, invoice.amount_cents // 2, pays=None)
-        for _ in range(UNMATCHED):
-            self._add(fake, f"inv_{self.tenant}_unknown", 1234, pays=None)
-        return len(full)
+            for tenant in self.tenants:
+                self.accounts[tenant.id] = random_account()
+                conn.execute(RECEIVING_ACCOUNT, (self.accounts[tenant.id], tenant.id))
+        paid_overdue = 0
+        for n, tenant in enumerate(self.tenants):
+            mine = [i for i in invoices if i.tenant == tenant]
+            overdue = self.rng.sample([i for i in mine if i.kind == "overdue"], 6)
+            not_due = self.rng.sample([i for i in mine if i.kind == "not due"], 5)
+            neighbour = self.tenants[(n + 1) % len(self.tenants)]
+            paid_overdue += self._seed_tenant(fake, tenant, neighbour, overdue, not_due)
+        return paid_overdue
 
-    def _add(self, fake: Any, memo: str, cents: int, pays: str | None) -> None:
-        n = len(self.payments)
-        tx = hashlib.sha256(f"{self.tenant}:payment:{n}".encode()).hexdigest()
-        fake.add(memo=memo, amount=Decimal(cents) / 100, transaction_hash=tx)
-        self.payments.append(SeededPayment(tx, memo, cents, pays))
+    def _seed_tenant(self, fake: Any, tenant: Tenant, neighbour: Tenant, overdue: list[SeededInvoice],
+                     not_due: list[SeededInvoice]) -> int:
+        """One tenant's payments (the module docstring lists them); returns how
+        many of its overdue invoices they pay in full."""
+        full_1, full_2, half, native, foreign_issuer, foreign_account = overdue
+        three_ops, two_txs, mixed, cross_tenant, wrong_currency = not_due
+        account, code = self.accounts[tenant.id], ASSET_CODES[tenant.currency]
+        paid_in_full = (full_1, full_2)
+        for invoice in paid_in_full:
+            self._pay(fake, invoice, [(invoice.amount_cents, code, None)], account, pays=invoice.id)
+        self._pay(fake, half, [(half.amount_cents // 2, code, None)], account)
+        parts = [three_ops.amount_cents // MULTI_OP_PARTS] * MULTI_OP_PARTS
+        self._pay(fake, three_ops, [(cents, code, None) for cents in parts], account, pays=three_ops.id)
+        first_half = two_txs.amount_cents // 2
+        self._pay(fake, two_txs, [(first_half, code, None)], account)
+        self._pay(fake, two_txs, [(two_txs.amount_cents - first_half, code, None)], account, pays=two_txs.id)
+        # The second operation: our issuer, a code nobody accepts.
+        self._pay(fake, mixed, [(mixed.amount_cents, code, None), (mixed.amount_cents, f"{code}X",
+                                                                    "asset_not_accepted")], account, pays=mixed.id)
+        # Each of these must leave its invoice unpaid.
+        self._bait(fake, native, [(native.amount_cents, None, "asset_not_accepted")], account, tenant.id)
+        self._bait(fake, foreign_issuer, [(foreign_issuer.amount_cents, f"{code}:{random_account()}",
+                                           "asset_not_accepted")], account, tenant.id)
+        other_code = next(c for currency, c in ASSET_CODES.items() if currency != tenant.currency)
+        self._bait(fake, wrong_currency, [(wrong_currency.amount_cents, other_code, "wrong_currency")], account,
+                   tenant.id)
+        # To the neighbour's account: matched against the neighbour's invoices only.
+        self._bait(fake, cross_tenant, [(cross_tenant.amount_cents, code, "unknown_invoice")],
+                   self.accounts[neighbour.id], recorded_for=neighbour.id)
+        self._bait(fake, foreign_account, [(foreign_account.amount_cents, code, "skipped")], random_account(),
+                   recorded_for=None)
+        self._add(fake, f"inv_{tenant.id}_unknown", [(1234, code, "unknown_invoice")], account, tenant.id, None)
+        return len(paid_in_full)
+
+    def _pay(self, fake: Any, invoice: SeededInvoice, ops: list[Op], account: str,
+             pays: str | None = None) -> None:
+        self._add(fake, invoice.id, ops, account, invoice.tenant.id, pays)
+
+    def _bait(self, fake: Any, invoice: SeededInvoice, ops: list[Op], account: str, recorded_for: str | None) -> None:
+        self.baits[invoice.id] = str(ops[0][2])
+        self._add(fake, invoice.id, ops, account, recorded_for, None)
+
+    def _add(self, fake: Any, memo: str, ops: list[Op], account: str, tenant: str | None, pays: str | None) -> None:
+        """One transaction of ``ops`` to ``account``. ``tenant``: whose payments
+        rows they become (None: the account is not ours, they are skipped);
+        ``pays``: the invoice its last credited operation completes."""
+        tx = hashlib.sha256(f"{memo}:{len(self.payments)}".encode()).hexdigest()
+        operations = []
+        for cents, asset, _ in ops:
+            code, _, issuer = (asset or "").partition(":")
+            operations.append(fake.payment(Decimal(cents) / 100, asset_code=code or None,
+                                           asset_issuer=issuer or (self.issuer if code else None), to=account))
+        records = fake.add_transaction(operations, memo=memo, transaction_hash=tx)
+        completing = max((k for k, op in enumerate(ops) if op[2] is None), default=None) if pays else None
+        for k, ((cents, _, reason), record) in enumerate(zip(ops, records, strict=True)):
+            self.payments.append(SeededPayment(str(record["id"]), tx, memo, cents, tenant, reason, len(ops),
+                                               pays if k == completing else None))
 
     @property
-    def paid_invoices(self) -> list[str]:
-        return [p.pays for p in self.payments if p.pays]
+    def accepted(self) -> dict[str, tuple[str, str]]:
+        """Currency -> the asset (code, issuer) that pays it."""
+        return {currency: (code, self.issuer) for currency, code in ASSET_CODES.items()}
+
+    @property
+    def paid_invoices(self) -> dict[str, str]:
+        """Invoice id -> its tenant, of the invoices the payments pay in full."""
+        return {p.pays: str(p.tenant) for p in self.payments if p.pays}
 
     def expected_deliveries(self) -> set[str]:
-        """One ``invoice.paid`` delivery per (subscription, paid invoice): the
-        event id comes from the invoice."""
+        """One ``invoice.paid`` delivery per (paid invoice, subscription of its
+        tenant): the event id comes from the invoice."""
         from onceonly_app.billing.webhook_events import invoice_paid_event_id
         from onceonly_app.webhooks.deliveries import delivery_id_for
 
-        return {delivery_id_for(sub, invoice_paid_event_id(p.pays))
-                for p in self.payments if p.pays for sub in self.subscription_ids}
+        return {delivery_id_for(sub, invoice_paid_event_id(invoice))
+                for invoice, tenant in self.paid_invoices.items() for sub in self.subscriptions.get(tenant, [])}
 
     def env(self, api_url: str, queue_url: str) -> dict[str, str]:
         return {"PAYMENTS_API_URL": api_url, "WEBHOOK_QUEUE_URL": queue_url,
@@ -115,12 +180,14 @@ class PaymentsLoad:
         return CronJob(FUNCTION, JOB, self.tick_times)
 
     def effects(self, conn: psycopg.Connection[Any]) -> list[EffectCheck]:
-        paid = len(self.paid_invoices)
-        expected = {"payments applied": len(self.payments), "invoices paid": paid, "paid history rows": paid,
-                    "invoice.paid activity events": paid,
-                    "invoice.paid outbox rows": paid * len(self.subscription_ids)}
-        params = {"hashes": [p.transaction_hash for p in self.payments], "tenant": self.tenant,
-                  "invoices": sorted({p.memo for p in self.payments}), "subscriptions": self.subscription_ids}
+        paid = self.paid_invoices
+        expected = {"payment operations recorded": sum(1 for p in self.payments if p.tenant is not None),
+                    "invoices paid": len(paid), "paid history rows": len(paid),
+                    "invoice.paid activity events": len(paid),
+                    "invoice.paid outbox rows": sum(len(self.subscriptions.get(t, [])) for t in paid.values())}
+        params = {"payments": [p.payment_id for p in self.payments], "paid": sorted(paid),
+                  "invoices": sorted({p.memo for p in self.payments}),
+                  "subscriptions": [s for ids in self.subscriptions.values() for s in ids]}
         checks = []
         for what, count in expected.items():
             row = conn.execute(COUNTS[what], params).fetchone()  # type: ignore[arg-type]

@@ -8,8 +8,9 @@ Protocol (JSON lines on the socket passed as fd ``--fd``): the replica sends
 printed by Powertools are summed per invocation and sent back.
 
 Env: ONCEONLY_SIMULATE_FUNCTIONS is a JSON list of {"logical_id", "code_dir",
-"handler", "timeout"}; ONCEONLY_SIMULATE_TENANT the run's tenant, to which the
-billing jobs are scoped; the stores' env vars are already set by the parent.
+"handler", "timeout"}; the stores' env vars are already set by the parent. The
+billing jobs run unscoped, over every tenant, as deployed: the run's database
+is its own (run_scope.py).
 """
 
 from __future__ import annotations
@@ -25,13 +26,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..job_scope import scope_billing_jobs
 from ..lambda_runtime import LambdaContext, load_handler
 from .breakage import install_if_requested
 from .metrics_capture import MetricsCapturingStdout
 
 FUNCTIONS_VAR = "ONCEONLY_SIMULATE_FUNCTIONS"
-TENANT_VAR = "ONCEONLY_SIMULATE_TENANT"
 
 
 def _load_functions() -> dict[str, tuple[Any, float]]:
@@ -68,7 +67,6 @@ def serve(sock: socket.socket, log_path: Path) -> None:
     sys.stdout = capture  # type: ignore[assignment]
     sys.stderr = log
     install_if_requested()
-    scope_billing_jobs(tenant=os.environ.get(TENANT_VAR) or None)
     handlers = _load_functions()
     reader = sock.makefile("r", encoding="utf-8")
     writer = sock.makefile("w", encoding="utf-8")

@@ -1,6 +1,8 @@
 """The simulation's verdict: the exactly-once invariants, checked from what the
-receiver saw, what the databases hold and what each invocation answered, plus
-the numbers for the charts. A report is plain JSON-able data."""
+receiver saw, what the databases hold and what each invocation answered, the
+domain invariants of the seeded scenarios (payment_checks.py,
+webhook_checks.py, billing_checks.py), plus the numbers for the charts. A
+report is plain JSON-able data."""
 
 from __future__ import annotations
 
@@ -129,9 +131,12 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
                  deliveries: DeliveryFacts, ticks: list[TickFacts], effects: list[EffectCheck],
                  invocations: list[InvocationFacts], kills: int, restarts: int,
                  drained: bool, drain_detail: str, payments: list[EffectCheck] | None = None,
-                 paid_ids: set[str] | None = None) -> dict[str, Any]:
+                 paid_ids: set[str] | None = None, domain: list[Invariant] | None = None,
+                 scenarios: dict[str, Any] | None = None) -> dict[str, Any]:
     """``payments``: the payment watcher's effect counts (None: it was not
-    simulated); ``paid_ids``: the invoice.paid deliveries its payments must produce."""
+    simulated); ``paid_ids``: the invoice.paid deliveries its payments must
+    produce; ``domain``: the scenarios' invariants, judged already;
+    ``scenarios``: what was seeded for them, shown as is."""
     d = deliveries
     statuses = Counter(d.statuses.values())
     missing = sorted(d.expected_ids - d.statuses.keys())
@@ -183,11 +188,13 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
                                     "; ".join(bad_effects[:5]) or f"{len(effects)} effect counts as expected"))
     if payments is not None:
         invariants.extend(_payment_invariants(payments, paid_ids or set(), d, kills))
+    invariants.extend(domain or [])
     invariants.append(Invariant("drained", drained, drain_detail))
 
     return {
         "ok": all(i.ok for i in invariants),
         "config": config,
+        "scenarios": scenarios or {},
         "duration_seconds": round(duration, 3),
         "invariants": [asdict(i) for i in invariants],
         "webhooks": {
@@ -253,6 +260,25 @@ def _payment_invariants(payments: list[EffectCheck], paid_ids: set[str], d: Deli
         Invariant("invoice.paid: one delivery per subscription", delivered_ok,
                   f"{len(paid_ids)} expected, {len(missing)} missing, {len(unfinished)} not received, "
                   f"{repeats} repeat 2xx POSTs"),
+    ]
+
+
+def scenario_rows(scenarios: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a run seeded for the domain invariants, as (what, value) lines for
+    the text and HTML reports."""
+    if not scenarios:
+        return []
+    tenants = "; ".join(f"{t['id']} ({t['time_zone']}, {t['currency']}, {t['subscriptions']} subscriptions)"
+                        for t in scenarios["tenants"])
+    return [
+        ("tenants", tenants),
+        ("hostile Retry-After values (429/503, then 2xx)",
+         ", ".join(repr(v) for v in scenarios["hostile_retry_after"])),
+        ("deliveries whose first answer trickles", str(scenarios["trickled_deliveries"])),
+        ("events addressed to another tenant's subscription", str(scenarios["misaddressed_events"])),
+        ("payment operations not to credit", ", ".join(f"{n} {why}" for why, n in
+                                                     scenarios["payments_not_credited"].items())),
+        ("transactions of several payment operations", str(scenarios["multi_operation_transactions"])),
     ]
 
 

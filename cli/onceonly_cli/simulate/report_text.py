@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .report import scenario_rows
+
 
 def mark(ok: bool) -> str:
     return "[green]ok[/]" if ok else "[bold red]BROKEN[/]"
@@ -25,7 +27,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], **o
 
 def print_report(report: dict[str, Any], console: Console) -> None:
     wh, lat = report["webhooks"], report["latency_ms"]
-    console.print(table("exactly-once invariants", ("invariant", "result", "detail"),
+    console.print(table("invariants (exactly-once, then the domain scenarios)", ("invariant", "result", "detail"),
                          ((i["name"], mark(i["ok"]), i["detail"]) for i in report["invariants"])))
     rows = [
         ("events in", wh["events_in"]),
@@ -63,6 +65,9 @@ def print_report(report: dict[str, Any], console: Console) -> None:
                      payments["invoice_paid_received"], mark(payments["invoice_paid_ok"])))
         console.print(table("payments (each applied once; invoice.paid once per subscription)",
                              ("effect", "expected", "actual", "result"), paid))
-    verdict = ("[bold green]every exactly-once invariant held[/]" if report["ok"]
-               else "[bold red]an exactly-once invariant broke[/]")
+    seeded = scenario_rows(report.get("scenarios") or {})
+    if seeded:
+        console.print(table("domain scenarios seeded", ("what", "seeded"), seeded))
+    verdict = ("[bold green]every invariant held, exactly-once and domain[/]" if report["ok"]
+               else "[bold red]an invariant broke[/]")
     console.print(verdict)

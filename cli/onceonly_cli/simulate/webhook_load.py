@@ -1,6 +1,16 @@
-"""The webhook half of the simulation: subscriptions pointing at the local
-receiver, the events fed through SQS (with duplicates), and afterwards the
-facts the invariants are judged on, read from the receiver and the database."""
+"""The webhook half of the simulation: each tenant's subscriptions pointing at
+the local receiver, the events fed through SQS (with duplicates), and
+afterwards the facts the invariants are judged on, read from the receiver and
+the database.
+
+Besides the ordinary events (--events, spread over every tenant's ordinary
+subscriptions), a few scenario events (webhook_checks.py judges them):
+- one per hostile Retry-After (a huge number, a negative one, a far-future
+  date, garbage, a non-ASCII digit, a day), answered 429/503 once, then 2xx;
+- a few whose first answer trickles a byte at a time, far past the attempt's
+  deadline, then 2xx;
+- a few misaddressed: the message names one tenant and another tenant's
+  subscription, which must never receive it."""
 
 from __future__ import annotations
 
@@ -14,11 +24,14 @@ from typing import Any
 
 import psycopg
 
-from .billing_load import run_tenant
 from .loadgen import Message
 from .report import DeliveryFacts
+from .tenants import Tenant
+from .webhook_checks import HOSTILE_RETRY_AFTER, TRICKLE_GAP
 
-SUBSCRIPTIONS = 3
+SUBSCRIPTIONS = 2  # ordinary ones per tenant
+TRICKLE_EVENTS = 2
+MISADDRESSED_EVENTS = 2
 DUPLICATE_RATE = 0.15  # share of events that are delivered twice
 DUPLICATE_WINDOW = 40  # a duplicate lands within this many messages of the original
 
@@ -29,6 +42,11 @@ SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*),
        (SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
          WHERE d.webhook_id = ANY(%(ids)s))
   FROM webhook_deliveries WHERE webhook_id = ANY(%(ids)s)"""
+# When the sender scheduled the next attempt of a retrying delivery, as a delay
+# from its outcome (both stamped by the database in the outcome's statement).
+RETRY_SCHEDULED = """
+SELECT id, extract(epoch FROM next_attempt_at - updated_at)::float8 FROM webhook_deliveries
+ WHERE id = ANY(%s) AND status = 'retrying'"""
 # Outcome writes the fence refused: a holder that outlived its claim.
 FENCED_ATTEMPTS = """
 SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
@@ -43,10 +61,18 @@ def new_secret(rng: random.Random) -> str:
 class WebhookLoad:
     run_id: str
     rng: random.Random
+    tenants: list[Tenant]
     subscription_ids: list[str] = field(default_factory=list)
-    endpoint_names: list[str] = field(default_factory=list)
+    tenant_of: dict[str, str] = field(default_factory=dict)  # subscription (= endpoint name) -> its tenant
+    ordinary: list[str] = field(default_factory=list)  # the subscriptions ordinary events go to
+    hostile: str = ""  # the subscription whose endpoint answers a hostile Retry-After
+    trickling: str = ""  # the subscription whose endpoint trickles its first answers
     expected: set[str] = field(default_factory=set)  # delivery ids the events must produce
     generated: set[str] = field(default_factory=set)  # of those, the ones fed as generated events
+    retry_after_of: dict[str, str] = field(default_factory=dict)  # hostile delivery id -> its Retry-After
+    scheduled: dict[str, float] = field(default_factory=dict)  # hostile delivery id -> the longest delay seen
+    trickled: set[str] = field(default_factory=set)  # delivery ids whose first answer trickles
+    misaddressed: set[str] = field(default_factory=set)  # delivery ids that must be refused, never sent
     message_delivery: dict[str, str] = field(default_factory=dict)  # SQS message id -> delivery id
     first_sent: dict[str, float] = field(default_factory=dict)
     events_in: int = 0  # distinct generated events (deliveries), duplicates not counted
@@ -54,19 +80,36 @@ class WebhookLoad:
     duplicate_messages: int = 0
 
     def seed(self, database_url: str, receiver: Any, latency: float, failure_rate: float) -> None:
+        """Ordinary subscriptions for every tenant (slow and flaky as asked), and
+        the hostile and trickling ones, scripted per delivery in messages()."""
         from ..receiver import Behaviour
 
         with psycopg.connect(database_url) as conn:
-            for k in range(SUBSCRIPTIONS):
-                name = f"sim-{self.run_id}-{k}"
-                secret = new_secret(self.rng)
-                url = receiver.endpoint(name, secret, Behaviour(latency=latency, failure_rate=failure_rate,
-                                                                seed=self.rng.randrange(2**31)))
-                conn.execute(INSERT_SUBSCRIPTION, (name, run_tenant(self.run_id), url, secret))
-                self.subscription_ids.append(name)
-                self.endpoint_names.append(name)
+            for n, tenant in enumerate(self.tenants):
+                names = [f"sim-{self.run_id}-{n}-{k}" for k in range(SUBSCRIPTIONS)]
+                for name in names:
+                    self._subscribe(conn, receiver, name, tenant, Behaviour(
+                        latency=latency, failure_rate=failure_rate, seed=self.rng.randrange(2**31)))
+                self.ordinary += names
+            self.hostile, self.trickling = f"sim-{self.run_id}-hostile", f"sim-{self.run_id}-trickle"
+            self._subscribe(conn, receiver, self.hostile, self.tenants[1 % len(self.tenants)], Behaviour())
+            self._subscribe(conn, receiver, self.trickling, self.tenants[-1], Behaviour())
 
-    def track(self, webhook_id: str, event_id: str, message_id: str) -> None:
+    def _subscribe(self, conn: psycopg.Connection[Any], receiver: Any, name: str, tenant: Tenant,
+                   behaviour: Any) -> None:
+        secret = new_secret(self.rng)
+        url = receiver.endpoint(name, secret, behaviour)
+        conn.execute(INSERT_SUBSCRIPTION, (name, tenant.id, url, secret))
+        self.subscription_ids.append(name)
+        self.tenant_of[name] = tenant.id
+
+    def subscriptions_by_tenant(self) -> dict[str, list[str]]:
+        by_tenant: dict[str, list[str]] = {t.id: [] for t in self.tenants}
+        for name in self.subscription_ids:
+            by_tenant[self.tenant_of[name]].append(name)
+        return by_tenant
+
+    def track(self, webhook_id: str, event_id: str, message_id: str) -> str:
         from onceonly_app.webhooks.deliveries import delivery_id_for
 
         delivery_id = delivery_id_for(webhook_id, event_id)
@@ -75,20 +118,48 @@ class WebhookLoad:
             self.generated.add(delivery_id)
             self.events_in += 1
         self.message_delivery[message_id] = delivery_id
+        return delivery_id
 
-    def messages(self, count: int) -> list[Message]:
-        """``count`` events as SQS messages, with duplicates mixed in: the same
-        message delivered twice (SQS at-least-once) or the event sent again."""
+    def _event(self, i: int, webhook_id: str, tenant: str) -> tuple[Message, str]:
+        event_id = f"evt_{self.run_id}_{i:05d}"
+        body = {"webhook_id": webhook_id, "tenant_id": tenant, "event_id": event_id,
+                "event_type": "invoice.created",
+                "payload": {"invoice": f"inv_{i}", "tenant_id": tenant, "amount_cents": 1000 + i}}
+        message = Message(str(uuid.UUID(int=self.rng.getrandbits(128))), body)
+        return message, self.track(webhook_id, event_id, message.message_id)
+
+    def messages(self, count: int, receiver: Any) -> list[Message]:
+        """``count`` ordinary events and the scenario events as SQS messages, with
+        duplicates mixed in: the same message delivered twice (SQS
+        at-least-once) or the event sent again."""
+        from ..receiver import Reply
+
         stream: list[Message] = []
         for i in range(count):
-            webhook_id = self.subscription_ids[i % len(self.subscription_ids)]
-            event_id = f"evt_{self.run_id}_{i:05d}"
-            body = {"webhook_id": webhook_id, "tenant_id": run_tenant(self.run_id), "event_id": event_id,
-                    "event_type": "invoice.created",
-                    "payload": {"invoice": f"inv_{i}", "amount_cents": 1000 + i}}
-            message = Message(str(uuid.UUID(int=self.rng.getrandbits(128))), body)
-            self.track(webhook_id, event_id, message.message_id)
+            webhook_id = self.ordinary[i % len(self.ordinary)]
+            stream.append(self._event(i, webhook_id, self.tenant_of[webhook_id])[0])
+        n = count
+        for status, value, _ in HOSTILE_RETRY_AFTER:
+            message, delivery_id = self._event(n, self.hostile, self.tenant_of[self.hostile])
+            receiver.script(delivery_id, [Reply(status, retry_after=value)])  # then the default: 2xx
+            self.retry_after_of[delivery_id] = value
             stream.append(message)
+            n += 1
+        for _ in range(TRICKLE_EVENTS):
+            message, delivery_id = self._event(n, self.trickling, self.tenant_of[self.trickling])
+            receiver.script(delivery_id, [Reply(200, trickle=TRICKLE_GAP)])
+            self.trickled.add(delivery_id)
+            stream.append(message)
+            n += 1
+        for k in range(MISADDRESSED_EVENTS):
+            # Another tenant's event, addressed to this subscription: hand-made, or from before tenants.
+            webhook_id = self.ordinary[k % len(self.ordinary)]
+            intruder = next(t.id for t in self.tenants if t.id != self.tenant_of[webhook_id])
+            message, delivery_id = self._event(n, webhook_id, intruder)
+            self.misaddressed.add(delivery_id)
+            stream.append(message)
+            n += 1
+        self.rng.shuffle(stream)
         # Each message gets a place in the stream; a duplicate's place is up to
         # DUPLICATE_WINDOW places after its original's (sorting, not inserting: linear).
         placed = [(float(i), m) for i, m in enumerate(stream)]
@@ -102,6 +173,10 @@ class WebhookLoad:
             self.duplicate_messages += 1
         placed.sort(key=lambda pair: pair[0])
         return [message for _, message in placed]
+
+    @property
+    def scenario_events(self) -> int:
+        return len(self.retry_after_of) + len(self.trickled) + len(self.misaddressed)
 
     def expect(self, delivery_ids: set[str]) -> None:
         """Deliveries that events from elsewhere in the run (the payment watcher) must produce."""
@@ -135,11 +210,19 @@ class WebhookLoad:
         assert row is not None
         return int(row[0]), int(row[1]), int(row[2])
 
+    def sample_retry_schedules(self, conn: psycopg.Connection[Any]) -> None:
+        """Note the delay the sender scheduled for each hostile delivery waiting
+        for its retry. Only the last one is kept in the database, so it is read
+        while the delivery waits: the clamped ones wait the cap (seconds), far
+        longer than one poll."""
+        for delivery_id, delay in conn.execute(RETRY_SCHEDULED, (list(self.retry_after_of),)):
+            self.scheduled[delivery_id] = max(float(delay), self.scheduled.get(delivery_id, 0.0))
+
     def facts(self, conn: psycopg.Connection[Any], receiver: Any, messages_sent: int,
               sqs_dead_letters: int) -> DeliveryFacts:
         statuses = {str(i): str(s) for i, s in conn.execute(DELIVERY_STATUSES, (self.subscription_ids,))}
         fenced_row = conn.execute(FENCED_ATTEMPTS, (self.subscription_ids,)).fetchone()
-        mine = set(self.endpoint_names)
+        mine = set(self.subscription_ids)
         accepted: Counter[str] = Counter()
         first_accepted: dict[str, float] = {}
         requests = unverified = 0
@@ -148,7 +231,7 @@ class WebhookLoad:
                 continue
             requests += 1
             unverified += 0 if request.verified else 1
-            if request.webhook_id and request.status is not None and 200 <= request.status < 300:
+            if request.webhook_id and request.accepted:
                 accepted[request.webhook_id] += 1
                 at = request.answered_at or request.received_at
                 first_accepted[request.webhook_id] = min(first_accepted.get(request.webhook_id, at), at)

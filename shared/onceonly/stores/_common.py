@@ -9,10 +9,12 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..api import Claim, Lease
+from ..api import Claim, ClaimBatch, Lease
 from ..errors import ConfigError
 
 # Bytes of UTF-8 in a lease name, queue name or item id. Sized for the tightest
@@ -99,6 +101,56 @@ def check_retry_due_at(due_at: float) -> float:
     return due
 
 
+@dataclass(frozen=True)
+class CheckedPut:
+    """One put, checked: the id, the due time (None = now) and the payload as JSON text."""
+
+    item_id: str
+    due_at: float | None
+    payload: str
+
+
+def check_put(item_id: str, due_at: float | None, payload: Any) -> CheckedPut:
+    return CheckedPut(check_name(item_id, "item_id"), check_due_at(due_at), encode_payload(payload))
+
+
+def check_put_items(items: Iterable[tuple[str, float | None, Any]]) -> list[CheckedPut]:
+    """put_many's items, every one checked before anything is written; a bad one
+    raises ConfigError naming its index."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise ConfigError(f"items must be an iterable of (item_id, due_at, payload) tuples, got {_short(items)}")
+    checked = []
+    for index, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise ConfigError(f"items[{index}] must be an (item_id, due_at, payload) tuple, got {_short(item)}")
+        try:
+            checked.append(check_put(*item))
+        except ConfigError as exc:
+            raise ConfigError(f"items[{index}]: {exc}") from exc
+    return checked
+
+
+def last_put_per_item(puts: Sequence[CheckedPut]) -> list[CheckedPut]:
+    """One put per item id, the later one winning, as put called in order would
+    leave it: for stores that write a batch in one step."""
+    return list({put.item_id: put for put in puts}.values())
+
+
+def batches(sizes: Sequence[int], max_items: int, max_bytes: int) -> list[range]:
+    """Consecutive runs of items (given their sizes) of at most ``max_items``
+    items and ``max_bytes`` bytes, so that one request stays bounded (an item
+    larger than ``max_bytes`` goes alone)."""
+    runs, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (i - start == max_items or total + size > max_bytes):
+            runs.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        runs.append(range(start, len(sizes)))
+    return runs
+
+
 def check_lease(lease: Lease) -> Lease:
     """A Lease as acquire/renew returned it; a wrong type or a hand-built one with
     bad fields would otherwise fail inside a driver, or as 'unavailable'."""
@@ -128,14 +180,34 @@ def check_claims(claims: Sequence[Claim], queue: str) -> list[Claim]:
     return [check_claim(claim, queue) for claim in claims]
 
 
+class AcksThenClaim(ABC):
+    """``claim(acks=…)`` for a store whose claim and ack are separate statements:
+    :meth:`ack_many`, then the store's own ``_claim`` (two round trips; Redis
+    does both in one script). Every argument is checked before the first."""
+
+    name: str
+
+    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
+        acks = check_claims(acks, self.name)
+        limit, lease = check_limit(limit), check_seconds(lease, "lease")
+        acked = self.ack_many(acks) if acks else []
+        return ClaimBatch(self._claim(limit, lease), acked)
+
+    @abstractmethod
+    def ack_many(self, claims: Sequence[Claim]) -> list[bool]: ...
+
+    @abstractmethod
+    def _claim(self, limit: int, lease: float) -> list[Claim]: ...
+
+
 def _check_token(token: int, what: str) -> None:
     if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= MAX_TOKEN:
         raise ConfigError(f"{what} must be an integer from 0 to 2**63-1, got {_short(token)}")
 
 
-def encode_payload(payload: Any) -> str:
+def encode_payload(payload: Any, limit: int = MAX_PAYLOAD_BYTES) -> str:
     """The payload as JSON text every store keeps as is: strict JSON (no NaN or
-    Infinity), valid UTF-8, no NUL (jsonb refuses it), at most MAX_PAYLOAD_BYTES."""
+    Infinity), valid UTF-8, no NUL (jsonb refuses it), at most ``limit`` bytes."""
     try:
         text = json.dumps(payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False,
                           allow_nan=False)
@@ -146,8 +218,8 @@ def encode_payload(payload: Any) -> str:
         raise ConfigError(f"payload must be JSON-serialisable without NaN or Infinity: {exc}") from exc
     if _JSON_NUL.search(text):
         raise ConfigError("payload must not contain NUL characters (PostgreSQL's jsonb cannot store them)")
-    if size > MAX_PAYLOAD_BYTES:
-        raise ConfigError(f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are allowed")
+    if size > limit:
+        raise ConfigError(f"payload is {size} bytes of JSON; at most {limit} are allowed")
     return text
 
 

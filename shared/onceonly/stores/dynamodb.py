@@ -20,8 +20,9 @@ projection ALL, PAY_PER_REQUEST.
 Assumptions worth knowing:
 
 - Clock. DynamoDB has no server clock, so times come from the client
-  (``time.time()``). Two invocations agree on "now" only up to their clock skew,
-  so leases must be much longer than that skew. Lambda hosts are NTP-synced,
+  (``time.time()``, or the constructor's ``clock``). Two invocations agree on
+  "now" only up to their clock skew, so leases must be much longer than that
+  skew (docs/reliability.md measures the margin). Lambda hosts are NTP-synced,
   typically well under a second apart; a lease of seconds to minutes is safe.
   Fencing does not depend on clocks: every write checks owner AND token.
 - Eventual consistency. GSI queries are eventually consistent: an item just put
@@ -39,14 +40,16 @@ Assumptions worth knowing:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
 import re
+import secrets
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -78,6 +81,16 @@ TTL_ATTRIBUTE = "expire_at"  # template.yaml's TimeToLiveSpecification names the
 TTL_ON = ("ENABLED", "ENABLING")
 # Conditional claim/ack writes issued at once; the HTTP pool is sized above it.
 MAX_CONCURRENT_WRITES = 16
+# TransactWriteItems takes at most 100 writes, on distinct items, of at most
+# 4 MB together; 100 payloads at the 256 KiB limit would be 25 MB. Sized by the
+# request's JSON, with a margin for how DynamoDB counts.
+MAX_TRANSACTION_ITEMS = 100
+MAX_TRANSACTION_BYTES = 3_000_000
+# A cancelled transaction is sent again once without the writes whose
+# condition failed; writes still refused after that are sent one by one.
+TRANSACTION_ROUNDS = 2
+CONDITION_FAILED = "ConditionalCheckFailed"
+_TRANSACTION_OPERATIONS = {"update_item": "Update", "delete_item": "Delete"}
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 LEASE_PREFIX = "lease#"
 QUEUE_PREFIX = "q#"
@@ -237,17 +250,23 @@ class DynamoDBStore:
     kind = "dynamodb"
 
     def __init__(
-        self, client: Any, table: str, shards: int = DEFAULT_SHARDS, *, owns_client: bool = False
+        self, client: Any, table: str, shards: int = DEFAULT_SHARDS, *, owns_client: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
+        # Every "now" of this store (DynamoDB has no server clock): epoch seconds.
+        self.clock = clock
         self.table = _check_table(table)
         self.shards = _check_shards(shards)
         self._owns_client = owns_client
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        self._transactions = True  # until the server says it has none (dynalite)
 
     @classmethod
-    def from_url(cls, table: str, options: Mapping[str, str]) -> DynamoDBStore:
+    def from_url(
+        cls, table: str, options: Mapping[str, str], *, clock: Callable[[], float] = time.time
+    ) -> DynamoDBStore:
         """Build the store for ``dynamodb://TABLE?region=…&endpoint_url=…&shards=8&timeout=10``;
         ``options`` are the URL's query parameters; ``timeout`` (seconds) bounds
         each request, retries included. Raises ConfigError for an
@@ -276,7 +295,7 @@ class DynamoDBStore:
             ) from exc
         except BotoCoreError as exc:
             raise ConfigError(f"cannot build a DynamoDB client: {exc}") from exc
-        return cls(client, table, shards, owns_client=True)
+        return cls(client, table, shards, owns_client=True, clock=clock)
 
     # -- calls and error translation ------------------------------------------
     def _translate(self, what: str, exc: Exception) -> OnceOnlyError:
@@ -325,6 +344,30 @@ class DynamoDBStore:
                     " attempt may have been applied; what it granted expires with its ttl/lease"
                 ) from exc
             return None
+        except BotoCoreError as exc:
+            raise self._translate(what, exc) from exc
+
+    def _transact(self, what: str, writes: list[dict[str, Any]]) -> list[str] | None:
+        """One TransactWriteItems: [] when applied, the cancellation reason code
+        of each write when cancelled (all or nothing: none was applied), None
+        when this server has no transactions (dynalite). The request token makes
+        botocore's retry of a request whose reply was lost idempotent: DynamoDB
+        answers it with the first attempt's outcome instead of applying it twice."""
+        if not self._transactions:
+            return None
+        try:
+            self._client.transact_write_items(TransactItems=writes, ClientRequestToken=secrets.token_hex(16))
+            return []
+        except ClientError as exc:
+            code = _error_code(exc)
+            if code == "TransactionCanceledException":
+                return [str(reason.get("Code", "")) for reason in exc.response.get("CancellationReasons", [])]
+            if code == "UnknownOperationException":
+                log.info("table %s: this DynamoDB server has no transactions; writing batches item by item",
+                         self.table)
+                self._transactions = False
+                return None
+            raise self._translate(what, exc) from exc
         except BotoCoreError as exc:
             raise self._translate(what, exc) from exc
 
@@ -470,7 +513,7 @@ class DynamoDBStore:
     # -- leases -------------------------------------------------------------
     def acquire(self, name: str, ttl: float = 30.0) -> Lease | None:
         name, ttl = common.check_name(name), common.check_seconds(ttl, "ttl")
-        now = time.time()
+        now = self.clock()
         response = self._conditional(
             "acquire", "update_item",
             Key=_lease_key(name),
@@ -488,18 +531,18 @@ class DynamoDBStore:
     def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
         ttl = common.check_seconds(ttl, "ttl")
         response = self._write_if_held(
-            "renew", lease, EXTEND_LEASE, {":until": _epoch(time.time() + ttl)}, return_values="ALL_NEW"
+            "renew", lease, EXTEND_LEASE, {":until": _epoch(self.clock() + ttl)}, return_values="ALL_NEW"
         )
         if response is None:
             raise LeaseLostError(f"lease {lease.name!r} token {lease.token} is no longer held")
         return _lease_from(lease.name, response["Attributes"])
 
     def release(self, lease: Lease) -> bool:
-        return self._write_if_held("release", lease, RELEASE_LEASE, {":now": _epoch(time.time())}) is not None
+        return self._write_if_held("release", lease, RELEASE_LEASE, {":now": _epoch(self.clock())}) is not None
 
     def complete(self, lease: Lease, keep: float = 86400.0, *, expire: bool = False) -> bool:
         keep = common.check_seconds(keep, "keep")
-        until = time.time() + keep
+        until = self.clock() + keep
         values = {":until": _epoch(until), ":true": _TRUE}
         if common.check_flag(expire, "expire"):
             values[":expire_at"] = _int(math.ceil(until))
@@ -554,7 +597,7 @@ def _page_size(needed: int) -> int:
     return needed + max(2, needed // 4)
 
 
-class DynamoDBQueue:
+class DynamoDBQueue(common.AcksThenClaim):
     """A due queue on the store's table; see the module docstring for the layout."""
 
     def __init__(self, store: DynamoDBStore, name: str) -> None:
@@ -568,21 +611,84 @@ class DynamoDBQueue:
         return [f"{self.name}#{k}" for k in range(self._store.shards)]
 
     def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
-        item_id = common.check_name(item_id, "item_id")
-        due = common.check_due_at(due_at)
-        payload_text = common.encode_payload(payload)
-        self._store._call(
-            "put", "update_item",
-            Key=self._key(item_id),
-            UpdateExpression=PUT_ITEM,
-            ExpressionAttributeNames=_names(PUT_ITEM),
-            ExpressionAttributeValues={
-                ":payload": _str(payload_text),
-                ":due": _epoch(time.time() if due is None else due),
-                ":qshard": _str(_qshard(self.name, item_id, self._store.shards)),
-                ":queue": _str(self.name), ":item_id": _str(item_id), ":zero": _ZERO,
+        self._put(common.check_put(item_id, due_at, payload))
+
+    def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
+        """The puts in TransactWriteItems of up to 100 (see :meth:`_write_all`).
+        Not BatchWriteItem: its PutItem replaces the whole record, which would
+        reset the token and attempt count of an item that is rescheduled."""
+        puts = common.check_put_items(items)
+        # One write per id (the later entry wins): a transaction takes an item
+        # once, and concurrent writes of one item would land in any order.
+        self._write_all("put", [("update_item", self._put_write(put)) for put in common.last_put_per_item(puts)])
+        return len(puts)
+
+    def _put(self, put: common.CheckedPut) -> None:
+        self._store._call("put", "update_item", **self._put_write(put))
+
+    def _put_write(self, put: common.CheckedPut) -> dict[str, Any]:
+        return {
+            "Key": self._key(put.item_id),
+            "UpdateExpression": PUT_ITEM,
+            "ExpressionAttributeNames": _names(PUT_ITEM),
+            "ExpressionAttributeValues": {
+                ":payload": _str(put.payload),
+                ":due": _epoch(self._store.clock() if put.due_at is None else put.due_at),
+                ":qshard": _str(_qshard(self.name, put.item_id, self._store.shards)),
+                ":queue": _str(self.name), ":item_id": _str(put.item_id), ":zero": _ZERO,
             },
-        )
+        }
+
+    def _write_all(self, what: str, writes: Sequence[tuple[str, dict[str, Any]]]) -> list[bool]:
+        """Writes, each (operation, parameters), conditions kept: whether each
+        was applied (False: its condition failed).
+
+        In TransactWriteItems of up to 100 writes: one API call per batch
+        instead of one per item, at twice the write capacity per item. A
+        transaction is all or nothing, so when it is cancelled it is sent once
+        more without the writes whose condition failed (a stale ack). What is
+        still refused after that (a conflict with a concurrent write), a second
+        write of an item already in the transaction (a stale and a fresh claim
+        of one item), and everything on a server without transactions
+        (dynalite) is written item by item, concurrently. Raises the first
+        store error after a batch was tried; writes of that batch and of
+        earlier ones may have been applied."""
+        applied = [False] * len(writes)
+        sizes = [len(json.dumps(params)) for _, params in writes]
+        for batch in common.batches(sizes, MAX_TRANSACTION_ITEMS, MAX_TRANSACTION_BYTES):
+            first_of_item = {writes[i][1]["Key"]["pk"]["S"]: i for i in reversed(batch)}
+            transacted, refused = self._transacted(what, writes, sorted(first_of_item.values()))
+            one_by_one = [i for i in batch if i not in transacted and i not in refused]
+            outcomes = self._store._concurrently(
+                lambda i: self._store._conditional(what, writes[i][0], **writes[i][1]) is not None, one_by_one)
+            for i, outcome in zip(one_by_one, outcomes, strict=True):
+                if isinstance(outcome, OnceOnlyError):
+                    raise outcome
+                applied[i] = outcome
+            for i in transacted:
+                applied[i] = True
+        return applied
+
+    def _transacted(
+        self, what: str, writes: Sequence[tuple[str, dict[str, Any]]], indices: list[int]
+    ) -> tuple[set[int], set[int]]:
+        """Up to TRANSACTION_ROUNDS transactions of ``writes[indices]`` (distinct
+        items): (the writes applied, the writes refused by their condition)."""
+        pending, refused = indices, set[int]()
+        for _ in range(TRANSACTION_ROUNDS):
+            if not pending:
+                break
+            codes = self._store._transact(what, [self._transaction_item(*writes[i]) for i in pending])
+            if not codes:  # [] applied, None no transactions here
+                return (set(pending) if codes == [] else set()), refused
+            if len(codes) != len(pending):
+                break
+            refused |= {i for i, code in zip(pending, codes, strict=True) if code == CONDITION_FAILED}
+            pending = [i for i in pending if i not in refused]
+        return set(), refused
+
+    def _transaction_item(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {_TRANSACTION_OPERATIONS[operation]: {"TableName": self._store.table, **params}}
 
     def cancel(self, item_id: str) -> bool:
         key = self._key(common.check_name(item_id, "item_id"))
@@ -590,13 +696,13 @@ class DynamoDBQueue:
         return bool(response.get("Attributes"))
 
     # -- claim ------------------------------------------------------------
-    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
+    def _claim(self, limit: int, lease: float) -> list[Claim]:
         """See :class:`onceonly.Queue`. Walks the shards from a random one, so
         concurrent claimers start apart. If DynamoDB fails after some items were
         granted, those are returned (the failure is logged) rather than lost."""
         limit = common.check_limit(limit)
         lease = common.check_seconds(lease, "lease")
-        now = time.time()
+        now = self._store.clock()
         claim_round = _ClaimRound(owner=common.new_owner(), now=now, until=now + lease)
         shard_keys = self._shard_keys()
         start = random.randrange(len(shard_keys))
@@ -680,30 +786,24 @@ class DynamoDBQueue:
         return self.ack_many([claim])[0]
 
     def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
-        """Conditional deletes issued concurrently (DynamoDB has no conditional
-        batch delete, and dynalite no transactions). Raises the first store error
-        after all were tried; the other deletes may have been applied."""
+        """Conditional deletes, in transactions of up to 100 (see :meth:`_write_all`):
+        one API call for a batch whose claims are all still held."""
         claims = common.check_claims(claims, self.name)
         # One delete per item: a claim listed twice is acked once, in order.
         first_index = {common.grant_key(c): i for i, c in reversed(list(enumerate(claims)))}
         distinct = [claims[i] for i in sorted(first_index.values())]
-        outcomes = self._store._concurrently(self._ack_one, distinct)
-        for outcome in outcomes:
-            if isinstance(outcome, OnceOnlyError):
-                raise outcome
-        acked = {common.grant_key(c): bool(o) for c, o in zip(distinct, outcomes, strict=True)}
+        applied = self._write_all("ack", [("delete_item", self._ack_write(c)) for c in distinct])
+        acked = {common.grant_key(c): a for c, a in zip(distinct, applied, strict=True)}
         return [acked[common.grant_key(c)] and first_index[common.grant_key(c)] == i
                 for i, c in enumerate(claims)]
 
-    def _ack_one(self, claim: Claim) -> bool:
-        response = self._store._conditional(
-            "ack", "delete_item",
-            Key=self._key(claim.item_id),
-            ConditionExpression=ITEM_IS_HELD_BY_CALLER,
-            ExpressionAttributeNames=_names(ITEM_IS_HELD_BY_CALLER),
-            ExpressionAttributeValues={":token": _int(claim.token), ":owner": _str(claim.owner)},
-        )
-        return response is not None
+    def _ack_write(self, claim: Claim) -> dict[str, Any]:
+        return {
+            "Key": self._key(claim.item_id),
+            "ConditionExpression": ITEM_IS_HELD_BY_CALLER,
+            "ExpressionAttributeNames": _names(ITEM_IS_HELD_BY_CALLER),
+            "ExpressionAttributeValues": {":token": _int(claim.token), ":owner": _str(claim.owner)},
+        }
 
     def retry(self, claim: Claim, due_at: float) -> bool:
         claim, due = common.check_claim(claim, self.name), common.check_retry_due_at(due_at)
@@ -722,7 +822,7 @@ class DynamoDBQueue:
     # -- depth --------------------------------------------------------------
     def depth(self) -> QueueDepth:
         """Counts per shard, read from the eventually consistent GSI."""
-        now = time.time()
+        now = self._store.clock()
         outcomes = self._store._concurrently(lambda shard: self._shard_depth(shard, now), self._shard_keys())
         shards: list[QueueDepth] = []
         for outcome in outcomes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import selectors
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.abc import PQGen
+from psycopg_pool import ConnectionPool
 
 from .timeouts import DEFAULT_TIMEOUT
 
@@ -55,6 +57,26 @@ class BoundedConnection(psycopg.Connection[Any]):
             raise psycopg.OperationalError(
                 f"no reply from the PostgreSQL server within {bound:g} s; connection closed"
             ) from exc
+
+
+def check_on_checkout(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check of a connection it hands out, without a round trip while
+    the link is quiet. An idle connection receives nothing unless the server
+    closed it (a restart, a failover, idle_session_timeout, pg_terminate_backend
+    send an error, then close the socket) or sent a notification: only then is
+    the empty query sent, which raises for a closed connection, and the pool
+    replaces it. A link that died without a word is the keepalives' and the
+    reply bound's to catch. Pinging on every checkout doubled the round trips
+    of every store operation."""
+    if conn.closed or conn.broken or _has_input(conn.fileno()):
+        ConnectionPool.check_connection(conn)
+
+
+def _has_input(fd: int) -> bool:
+    # selectors, not select.select: that one fails for descriptors >= 1024.
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(timeout=0))
 
 
 def is_rds_proxy_host(conninfo: str) -> bool:

@@ -15,8 +15,10 @@ Given ``timeout`` T (seconds, ``?timeout=`` in the URL, default 10):
   bytes and never answers) and on the server (``statement_timeout``);
 - TCP keepalives and ``tcp_user_timeout`` make the kernel drop a link whose
   packets vanish, so a dead idle connection is noticed before it is used;
-- the pool checks each connection on checkout (one empty query), so one killed
-  by the server while idle in the pool is replaced instead of failing a call;
+- the pool checks each connection on checkout, so one closed by the server
+  while idle in the pool is replaced instead of failing a call; the check
+  costs a round trip only when the server sent something on the idle link
+  (see :func:`~onceonly.stores.pg_connection.check_on_checkout`);
 - a failed background connect is not retried with a growing backoff (psycopg_pool's
   default keeps trying for 5 minutes, up to a minute apart): the next call
   starts a fresh one, so the pool recovers as soon as the server answers again.
@@ -39,7 +41,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from ..errors import ConfigError
-from .pg_connection import BoundedConnection, RefreshingConninfo, prepare_threshold_for
+from .pg_connection import BoundedConnection, RefreshingConninfo, check_on_checkout, prepare_threshold_for
 from .timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, timeout_from
 
 
@@ -112,7 +114,7 @@ def bounded_pool(
         # Give up a failed background connect soon: the next call starts a fresh
         # one at once, instead of waiting out a backoff grown during an outage.
         reconnect_timeout=half,
-        check=ConnectionPool.check_connection,
+        check=check_on_checkout,
         configure=configure,
         open=True,
         name=name,

@@ -3,7 +3,7 @@ statement (see postgres.sql). Times are the server's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
-from ..api import Claim, Lease, LeaseState, QueueDepth
+from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
 from ..errors import LeaseLostError, StoreNotReadyError, StoreUnavailableError
 from . import _common as common
 from .pgpool import bounded_pool
@@ -22,6 +22,11 @@ SQL = load_queries(Path(__file__).with_suffix(".sql"))
 # Expired records deleted by each complete(expire=True): more than the one it
 # adds, so a table fed by cron guards shrinks back to what is within keep.
 PRUNE_PER_COMPLETE = 20
+# Items, and bytes of payload, per put_many statement: keeps one statement's
+# size (and the memory to build it) bounded; 1,000 payloads at the limit
+# would be 256 MB.
+PUT_BATCH = 1000
+PUT_BATCH_BYTES = 8 * 1024 * 1024
 
 
 @contextmanager
@@ -127,35 +132,53 @@ class PostgresQueue:
         self.name = name
 
     def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
-        self._store._run("put", {"queue": self.name, "item_id": common.check_name(item_id, "item_id"),
-                                 "payload": common.encode_payload(payload),
-                                 "due_at": common.check_due_at(due_at)})
+        self._put([common.check_put(item_id, due_at, payload)])
+
+    def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
+        """One statement per PUT_BATCH items or PUT_BATCH_BYTES of payload."""
+        puts = common.check_put_items(items)
+        for run in common.batches([len(put.payload) for put in puts], PUT_BATCH, PUT_BATCH_BYTES):
+            self._put(puts[run.start:run.stop])
+        return len(puts)
+
+    def _put(self, puts: Sequence[common.CheckedPut]) -> None:
+        batch = common.last_put_per_item(puts)
+        self._store._run("put_many", {"queue": self.name, "item_ids": [p.item_id for p in batch],
+                                      "payloads": [p.payload for p in batch],
+                                      "due_ats": [p.due_at for p in batch]})
 
     def cancel(self, item_id: str) -> bool:
         item_id = common.check_name(item_id, "item_id")
         return bool(self._store._run("cancel", {"queue": self.name, "item_id": item_id}))
 
-    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
-        params = {"queue": self.name, "owner": common.new_owner(), "limit": common.check_limit(limit),
-                  "lease": common.check_seconds(lease, "lease")}
-        return [Claim(queue=self.name, **row) for row in self._store._run("claim", params)]
+    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
+        """The acks and the claim in one statement (postgres.sql): one round trip,
+        one transaction; every argument is checked first."""
+        acks = common.check_claims(acks, self.name)
+        claims, acked = self._ack_and_claim(acks, common.check_limit(limit), common.check_seconds(lease, "lease"))
+        return ClaimBatch(claims, acked)
 
     def ack(self, claim: Claim) -> bool:
         return self.ack_many([claim])[0]
 
     def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
         claims = common.check_claims(claims, self.name)
-        if not claims:
-            return []
-        params = {"queue": self.name, "item_ids": [c.item_id for c in claims],
-                  "tokens": [c.token for c in claims], "owners": [c.owner for c in claims]}
-        deleted = {(r["item_id"], r["token"], r["owner"]) for r in self._store._run("ack_many", params)}
+        return self._ack_and_claim(claims, 0, 1.0)[1] if claims else []
+
+    def _ack_and_claim(self, acks: Sequence[Claim], limit: int, lease: float) -> tuple[list[Claim], list[bool]]:
+        params = {"queue": self.name, "item_ids": [c.item_id for c in acks], "tokens": [c.token for c in acks],
+                  "owners": [c.owner for c in acks], "owner": common.new_owner(), "limit": limit, "lease": lease}
+        rows: dict[str, list[dict[str, Any]]] = {"acked": [], "claimed": []}
+        for row in self._store._run("claim", params):
+            rows[row.pop("kind")].append(row)
+        deleted = {(r["item_id"], r["token"], r["owner"]) for r in rows["acked"]}
+        claims = [Claim(queue=self.name, **row) for row in rows["claimed"]]
         # One delete per grant: a claim listed twice is acked once, as on Redis.
-        results = []
-        for claim in claims:
-            results.append(common.grant_key(claim) in deleted)
+        acked = []
+        for claim in acks:
+            acked.append(common.grant_key(claim) in deleted)
             deleted.discard(common.grant_key(claim))
-        return results
+        return claims, acked
 
     def retry(self, claim: Claim, due_at: float) -> bool:
         claim, due = common.check_claim(claim, self.name), common.check_retry_due_at(due_at)

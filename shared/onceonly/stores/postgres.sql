@@ -34,7 +34,28 @@ CREATE TABLE IF NOT EXISTS onceonly_queue (
     owner         text,                 -- set while in flight
     PRIMARY KEY (queue, item_id)
 );
-CREATE INDEX IF NOT EXISTS onceonly_queue_claimable ON onceonly_queue (queue, claimable_at);
+-- The claim's index. Partial, with a predicate that claim's "claimable_at <=
+-- now" implies and a lookup by id does not: otherwise, when the statistics do
+-- not know a queue yet (it grew since the last ANALYZE), the planner rates
+-- both indexes at one row and may look an item up in this one, walking the
+-- whole queue instead of one primary-key probe. It replaces the plain index of
+-- 0.1 (dropped when present; DROP INDEX locks the table for a moment, once).
+CREATE INDEX IF NOT EXISTS onceonly_queue_due ON onceonly_queue (queue, claimable_at)
+    WHERE claimable_at IS NOT NULL;
+DROP INDEX IF EXISTS onceonly_queue_claimable;
+-- A hot queue churns: every claim and ack leaves a dead row version (a claim
+-- moves claimable_at, which is indexed, so it is never a HOT update). Vacuum
+-- it by a fixed number of dead rows instead of 20% of the table, and leave
+-- room in each page for the new versions. Set once, on a table without
+-- storage options: ALTER TABLE ... SET takes a lock that waits for running
+-- statements, and options you set yourself are kept (docs/coordination.md).
+DO $$
+BEGIN
+    IF (SELECT reloptions FROM pg_class WHERE oid = 'onceonly_queue'::regclass) IS NULL THEN
+        ALTER TABLE onceonly_queue SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0,
+                                        autovacuum_vacuum_threshold = 1000);
+    END IF;
+END $$;
 
 -- name: acquire --
 -- In: name, owner, ttl (seconds). Out: the granted row, or no row on contention.
@@ -113,12 +134,14 @@ RETURNING l.name;
 SELECT name, owner, token, extract(epoch FROM busy_until)::float8 AS busy_until, completed
   FROM onceonly_leases WHERE name = %(name)s;
 
--- name: put --
--- In: queue, item_id, payload (json text), due_at (epoch seconds or NULL = now).
+-- name: put_many --
+-- In: queue, item_ids[], payloads[] (json text), due_ats[] (epoch seconds or
+-- NULL = now), parallel arrays with each id at most once (a row cannot be
+-- changed twice by one ON CONFLICT statement). put is a batch of one.
 -- Rescheduling clears the owner, so a holder's ack/retry is refused afterwards.
 INSERT INTO onceonly_queue AS q (queue, item_id, payload, claimable_at)
-VALUES (%(queue)s, %(item_id)s, %(payload)s::jsonb,
-        COALESCE(to_timestamp(%(due_at)s::float8), clock_timestamp()))
+SELECT %(queue)s, i.item_id, i.payload::jsonb, COALESCE(to_timestamp(i.due_at), clock_timestamp())
+  FROM unnest(%(item_ids)s::text[], %(payloads)s::text[], %(due_ats)s::float8[]) AS i(item_id, payload, due_at)
 ON CONFLICT (queue, item_id) DO UPDATE
     SET payload = EXCLUDED.payload, claimable_at = EXCLUDED.claimable_at, owner = NULL;
 
@@ -126,37 +149,73 @@ ON CONFLICT (queue, item_id) DO UPDATE
 DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RETURNING item_id;
 
 -- name: claim --
--- In: queue, owner, limit, lease (seconds). Out: the claimed rows.
--- Takes due items AND items whose lease ran out (claimable_at is the lease
--- expiry while in flight), so a crashed holder's work comes back by itself.
--- SKIP LOCKED lets concurrent claimers pass each other's rows instead of
--- queueing or double-taking them; the row lock re-checks claimable_at on rows
--- changed since the snapshot. MATERIALIZED keeps the planner from running the
--- CTE more than once and updating more than LIMIT rows (the Oban lesson).
-WITH due AS MATERIALIZED (
-    SELECT item_id FROM onceonly_queue
-     WHERE queue = %(queue)s AND claimable_at <= clock_timestamp()
+-- claim, ack_many and claim(acks=...) in one statement: one round trip per
+-- batch of a worker loop. In: queue; the claims to ack as parallel arrays
+-- item_ids[], tokens[], owners[] (empty to only claim); owner, limit (0 to
+-- only ack) and lease (seconds) of the claim. Out: a row per claim deleted
+-- (kind 'acked': item_id, token, owner) and per item granted (kind 'claimed').
+--
+-- Ack: a claim that was re-granted has another token/owner and stays. Each
+-- claim is one primary-key lookup (LATERAL ... LIMIT 1 cannot be turned into a
+-- hash join over the whole queue), locked so that the token and owner checked
+-- are still the row's when it is deleted by ctid.
+--
+-- Claim: takes due items AND items whose lease ran out (claimable_at is the
+-- lease expiry while in flight), so a crashed holder's work comes back by
+-- itself. SKIP LOCKED lets concurrent claimers pass each other's rows instead
+-- of queueing or double-taking them; the row lock re-checks claimable_at on
+-- rows changed since the snapshot. MATERIALIZED keeps the planner from running
+-- the CTE more than once and updating more than LIMIT rows (the Oban lesson).
+-- The rows being acked are kept out (their lease may have run out): the parts
+-- of one statement run in no promised order, and a row granted here before
+-- its ack ran would be granted again instead of acked.
+--
+-- Its cost is the items it acks and takes, never the backlog, whatever the
+-- statistics:
+-- - "now" is read once, as a sub-select (an InitPlan). A bare clock_timestamp()
+--   is volatile, so it could only filter the index range row by row (every
+--   scheduled and in-flight item, on every claim); a value computed before
+--   the scan is an index condition, and the scan stops at the first item not
+--   yet due;
+-- - the UPDATE finds the locked rows by their ctid (a TID scan, the only plan
+--   for it), not by a join that the planner may turn into a walk over the
+--   queue when its statistics are stale (a queue that grew since ANALYZE).
+--   The rows are locked, so their ctid cannot change. A row whose locked
+--   version is newer than this statement's snapshot (a put just rescheduled
+--   it) is skipped: it stays due for the next claim.
+WITH held AS MATERIALIZED (
+    SELECT r.ctid
+      FROM unnest(%(item_ids)s::text[], %(tokens)s::bigint[], %(owners)s::text[]) AS c(item_id, token, owner)
+     CROSS JOIN LATERAL (
+        SELECT ctid FROM onceonly_queue
+         WHERE queue = %(queue)s AND item_id = c.item_id AND token = c.token AND owner = c.owner
+         LIMIT 1
+           FOR UPDATE
+     ) r
+), acked AS (
+    DELETE FROM onceonly_queue q
+     WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM held))
+    RETURNING q.item_id, q.token, q.owner
+), due AS MATERIALIZED (
+    SELECT ctid FROM onceonly_queue
+     WHERE queue = %(queue)s AND claimable_at <= (SELECT clock_timestamp())
+       AND ctid <> ALL (ARRAY(SELECT ctid FROM held))
      ORDER BY claimable_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE onceonly_queue q
+       SET token = q.token + 1,
+           attempt = q.attempt + 1,
+           owner = %(owner)s,
+           claimable_at = clock_timestamp() + make_interval(secs => %(lease)s)
+     WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM due))
+    RETURNING q.item_id, q.payload, q.token, q.attempt, q.owner,
+              extract(epoch FROM q.claimable_at)::float8 AS lease_expires_at
 )
-UPDATE onceonly_queue q
-   SET token = q.token + 1,
-       attempt = q.attempt + 1,
-       owner = %(owner)s,
-       claimable_at = clock_timestamp() + make_interval(secs => %(lease)s)
-  FROM due
- WHERE q.queue = %(queue)s AND q.item_id = due.item_id
-RETURNING q.item_id, q.payload, q.token, q.attempt, q.owner,
-          extract(epoch FROM q.claimable_at)::float8 AS lease_expires_at;
-
--- name: ack_many --
--- In: queue, item_ids[], tokens[], owners[] (parallel arrays). Out: the grants
--- deleted. A claim that was re-granted has another token/owner and stays.
-DELETE FROM onceonly_queue q
- USING unnest(%(item_ids)s::text[], %(tokens)s::bigint[], %(owners)s::text[]) AS c(item_id, token, owner)
- WHERE q.queue = %(queue)s AND q.item_id = c.item_id AND q.token = c.token AND q.owner = c.owner
-RETURNING q.item_id, q.token, q.owner;
+SELECT 'claimed' AS kind, item_id, payload, token, attempt, owner, lease_expires_at FROM claimed
+UNION ALL
+SELECT 'acked', item_id, NULL, token, NULL, owner, NULL FROM acked;
 
 -- name: retry --
 -- In: queue, item_id, token, owner, due_at. Back to waiting, if still held.

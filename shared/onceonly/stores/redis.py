@@ -8,12 +8,18 @@ Keys (the hash-tagged part keeps every key a script touches in one cluster slot)
 - ``{prefix}:{lease:NAME}``: hash with owner, token, busy_until (ms), completed.
   Kept, so the token strictly increases across grants; only a record completed
   with ``expire=True`` (one cron tick) expires, when its keep ends.
-- ``{prefix}:{q:QUEUE}:due``: sorted set scored by "claimable at" (ms): the due
-  time while waiting, the lease expiry while held.
-- ``{prefix}:{q:QUEUE}:items``: hash item_id -> cjson record (payload text, token,
-  attempt, owner).
-- ``{prefix}:{q:QUEUE}:inflight``: sorted set of held items scored by lease
-  expiry, so depth() can tell scheduled items from in-flight ones.
+- ``{prefix}:{q:QUEUE}:sched``: sorted set, one member per item, scored by its
+  one "claimable at" time (ms): the due time while waiting, ``HELD`` (2^48 ms,
+  past year 9999) + the lease expiry while held. So one set tells waiting from
+  held items, and a claim or an ack writes it once per item.
+- ``{prefix}:{q:QUEUE}:rec``: hash item_id -> ``"token attempt owner payload"``
+  (owner empty when not held; the payload is the JSON text as put, never parsed
+  by the scripts).
+
+The queue scripts work on whole batches with one variadic command per step
+(HMGET, HSET, ZADD, ZREM), and ``claim(acks=…)`` acks the previous batch in the
+same script: a worker loop is one round trip per batch. The helpers the scripts
+share are in ``redis_common.lua``, prepended to each.
 
 Each script is sent exactly once per call: the store writes it on a connection
 borrowed from the client's pool and reads the reply itself, around redis-py's
@@ -32,7 +38,7 @@ ack) is not handed out. See docs/coordination.md, "Failover".
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -42,7 +48,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from ..api import Claim, Lease, LeaseState, QueueDepth
+from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, StoreUnavailableError
 from . import _common as common
 from .timeouts import TIMEOUT_OPTION, timeout_from
@@ -56,11 +62,16 @@ READ_ONLY_SCRIPTS = frozenset({"inspect", "depth"})
 
 SCRIPT_NAMES = (
     "acquire", "renew", "release", "complete", "inspect",
-    "put", "cancel", "claim", "ack_many", "retry", "depth",
+    "put", "cancel", "claim", "retry", "depth",
 )
-SCRIPT_SOURCES: dict[str, str] = {
-    name: Path(__file__).with_name(f"redis_{name}.lua").read_text(encoding="utf-8") for name in SCRIPT_NAMES
-}
+
+
+def script_file(name: str) -> str:
+    return Path(__file__).with_name(f"redis_{name}.lua").read_text(encoding="utf-8")
+
+
+# Each script as registered: the shared helpers, then the script's own file.
+SCRIPT_SOURCES: dict[str, str] = {name: script_file("common") + script_file(name) for name in SCRIPT_NAMES}
 
 
 @contextmanager
@@ -107,11 +118,6 @@ def _seconds(milliseconds: int | bytes | str) -> float:
 def _text(value: bytes | str | None) -> str | None:
     """Replies are bytes unless the injected client decodes responses."""
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _groups_of_four(flat: list[Any]) -> list[tuple[Any, Any, Any, Any]]:
-    """The claim script returns its rows flat: item_id, payload, token, attempt, ..."""
-    return [(flat[i], flat[i + 1], flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4)]
 
 
 def _split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -288,39 +294,48 @@ class RedisStore:
 
 
 class RedisQueue:
-    """A due queue on three keys sharing one hash tag (see the module docstring)."""
+    """A due queue on two keys sharing one hash tag (see the module docstring)."""
 
     def __init__(self, store: RedisStore, name: str) -> None:
         self._store = store
         self.name = name
         tagged = f"{store._prefix}:{{q:{name}}}"
-        self._due_key = f"{tagged}:due"
-        self._items_key = f"{tagged}:items"
-        self._inflight_key = f"{tagged}:inflight"
+        self._keys = [f"{tagged}:sched", f"{tagged}:rec"]
 
     def _run(self, what: str, args: Sequence[str | int] = ()) -> Any:
-        return self._store._run(what, [self._due_key, self._items_key, self._inflight_key], args)
+        return self._store._run(what, self._keys, args)
 
     def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
-        item_id = common.check_name(item_id, "item_id")
-        due = common.check_due_at(due_at)
-        payload_text = common.encode_payload(payload)
-        self._run("put", [item_id, payload_text, "" if due is None else _epoch_ms(due)])
+        self._put([common.check_put(item_id, due_at, payload)])
+
+    def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
+        """One script call for the whole batch (see ``redis_put.lua``)."""
+        return self._put(common.check_put_items(items))
+
+    def _put(self, puts: Sequence[common.CheckedPut]) -> int:
+        if not puts:
+            return 0
+        args = [field for put in puts
+                for field in (put.item_id, put.payload, "" if put.due_at is None else _epoch_ms(put.due_at))]
+        return int(self._run("put", args))
 
     def cancel(self, item_id: str) -> bool:
         return bool(self._run("cancel", [common.check_name(item_id, "item_id")]))
 
-    def claim(self, limit: int = 25, lease: float = 60.0) -> list[Claim]:
-        owner = common.new_owner()
+    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
+        acks = common.check_claims(acks, self.name)
         limit = common.check_limit(limit)
         lease_ms = _milliseconds(common.check_seconds(lease, "lease"))
-        expires_ms, *rows = self._run("claim", [owner, limit, lease_ms])
+        owner = common.new_owner()
+        expires_ms, acked, rows = self._claim_script(owner, limit, lease_ms, acks)
         expires_at = _seconds(expires_ms)
-        return [
-            Claim(queue=self.name, item_id=str(_text(item_id)), payload=common.decode_payload(payload),
-                  token=int(token), attempt=int(attempt), owner=owner, lease_expires_at=expires_at)
-            for item_id, payload, token, attempt in _groups_of_four(rows)
-        ]
+        claims = []
+        for i in range(0, len(rows), 2):
+            # the item's new record: "token attempt owner payload"
+            token, attempt, _, payload = str(_text(rows[i + 1])).split(" ", 3)
+            claims.append(Claim(queue=self.name, item_id=str(_text(rows[i])), payload=common.decode_payload(payload),
+                                token=int(token), attempt=int(attempt), owner=owner, lease_expires_at=expires_at))
+        return ClaimBatch(claims, acked)
 
     def ack(self, claim: Claim) -> bool:
         return self.ack_many([claim])[0]
@@ -329,13 +344,22 @@ class RedisQueue:
         claims = common.check_claims(claims, self.name)
         if not claims:
             return []
-        args = [field for c in claims for field in (c.item_id, c.token, c.owner)]
-        return [bool(acked) for acked in self._run("ack_many", args)]
+        # The claim script with limit 0: its ack half only (owner and lease unused).
+        return self._claim_script("-", 0, 1, claims)[1]
+
+    def _claim_script(
+        self, owner: str, limit: int, lease_ms: int, acks: Sequence[Claim]
+    ) -> tuple[int, list[bool], list[Any]]:
+        """Run redis_claim.lua: (lease expiry ms, ack results, claimed items as id, record, id, …)."""
+        args: list[str | int] = [owner, limit, lease_ms]
+        args.extend(field for c in acks for field in (c.item_id, c.token, c.owner))
+        expires_ms, count, *rest = self._run("claim", args)
+        return int(expires_ms), [bool(a) for a in rest[:count]], rest[count:]
 
     def retry(self, claim: Claim, due_at: float) -> bool:
         claim, due = common.check_claim(claim, self.name), common.check_retry_due_at(due_at)
         return bool(self._run("retry", [claim.item_id, claim.token, claim.owner, _epoch_ms(due)]))
 
     def depth(self) -> QueueDepth:
-        due, scheduled, in_flight = self._store._run("depth", [self._due_key, self._inflight_key])
+        due, scheduled, in_flight = self._store._run("depth", self._keys[:1])
         return QueueDepth(due=int(due), scheduled=int(scheduled), in_flight=int(in_flight))

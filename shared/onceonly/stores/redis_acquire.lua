@@ -10,8 +10,7 @@
 -- Only a record completed with expire has a key expiry; once it is gone the
 -- token starts again at 1. PERSIST keeps a re-granted record from expiring
 -- under its new holder.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local busy_until = tonumber(redis.call('HGET', KEYS[1], 'busy_until'))
 if busy_until and busy_until > now then
     return nil

@@ -9,8 +9,7 @@
 -- busy_until doubles as "done until", so acquire needs no second check. The
 -- expiry is set to the same instant (PEXPIREAT busy_until), by the same clock:
 -- the key cannot vanish while acquire would still refuse the name.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'completed')
 if lease[1] ~= ARGV[1] or lease[2] ~= ARGV[2] or lease[3] == '1' then
     return 0

@@ -6,8 +6,7 @@
 -- Race closed: a stale holder freeing a name someone else now holds. The owner
 -- is cleared so a second release (or a renew after release) is refused; the
 -- token stays in the record so the next grant gets a higher one.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'completed')
 if lease[1] ~= ARGV[1] or lease[2] ~= ARGV[2] or lease[3] == '1' then
     return 0

@@ -8,8 +8,7 @@
 -- Race closed: a stale holder extending a lease that was granted to someone
 -- else. Owner and token are checked in the same step as the write. A lease that
 -- expired but was not re-granted can still be renewed: fencing is by token.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token', 'completed')
 if lease[1] ~= ARGV[1] or lease[2] ~= ARGV[2] or lease[3] == '1' then
     return nil

@@ -14,8 +14,26 @@ from typing import Any
 import requests
 
 PHYSICAL_ID = "onceonly-schema"
+ANSWER_FIELDS = ("ResponseURL", "StackId", "RequestId", "LogicalResourceId")  # what an answer needs
+REQUEST_TYPES = ("Create", "Update", "Delete")
 ANSWER_MARGIN_SECONDS = 10.0  # answer FAILED this long before the function's own timeout
 MAX_REASON = 1000  # CloudFormation shows the reason in the stack events
+
+
+class InvalidRequestError(ValueError):
+    """The event is not a custom-resource request: without its ResponseURL and
+    ids there is nobody to answer, so the invocation fails with this."""
+
+
+def check_request(event: Any) -> None:
+    """Raise InvalidRequestError unless ``event`` carries what an answer needs."""
+    if not isinstance(event, dict):
+        raise InvalidRequestError(f"not a custom-resource request: expected an object, got {type(event).__name__}")
+    bad = [name for name in ANSWER_FIELDS if not isinstance(event.get(name), str) or not event[name]]
+    if bad:
+        raise InvalidRequestError(f"not a custom-resource request: {', '.join(bad)} missing or not a string")
+    if not event["ResponseURL"].startswith(("https://", "http://")):
+        raise InvalidRequestError("not a custom-resource request: ResponseURL is not an http(s) URL")
 
 
 class Responder:
@@ -52,9 +70,15 @@ def handle(event: dict[str, Any], seconds_left: Callable[[], float], apply: Call
            log: Any) -> dict[str, Any]:
     """Answer one custom-resource request. ``apply`` runs the schema step and
     returns the resource's attributes; any exception becomes a FAILED answer
-    with its first line as the reason."""
+    with its first line as the reason, and so does an unknown RequestType
+    (without running ``apply``). Raises InvalidRequestError, answering
+    nobody, for an event without a ResponseURL and ids."""
+    check_request(event)
     responder = Responder(event)
     request = event.get("RequestType")
+    if request not in REQUEST_TYPES:
+        responder.send("FAILED", f"unknown RequestType {request!r}: expected one of {', '.join(REQUEST_TYPES)}")
+        return responder.sent or {}
     if request == "Delete":
         # Deleting the stack keeps the data: the schema is dropped with the database, never here.
         responder.send("SUCCESS", "schema and data are kept on delete")

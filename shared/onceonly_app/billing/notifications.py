@@ -5,7 +5,10 @@ once per claim; the outcome is recorded only under that claim's token. Failures
 go back to pending with backoff; after ``max_attempts`` claims a row ends in
 `failed` and is kept. A sender that dies after SES accepted a message but
 before recording it leaves the row to be claimed again when the claim runs out:
-delivery across claims is at least once (SES takes no idempotency key).
+delivery across claims is at least once (SES takes no idempotency key). When
+the last allowed claim runs out the row is given up (`failed`), but its holder
+may be only slow: it can still record its outcome, since no one else can have
+claimed the row since.
 
 An overdue e-mail is re-checked just before it is sent: if its invoice is no
 longer overdue (paid or voided meanwhile) it is cancelled, not sent. A send
@@ -32,6 +35,7 @@ from .ses import SendError
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 SEND_SECONDS = CALL_SECONDS + 2.0  # one SES call and the recording of its outcome
+GIVEN_UP = "claim expired on the last attempt"  # last_error of a give-up; its holder may still record
 
 
 class Sender(Protocol):
@@ -44,7 +48,7 @@ class SendResult:
     retrying: int = 0
     failed: int = 0
     claims_lost: int = 0  # outcomes refused because the claim was re-granted
-    abandoned: int = 0  # crashed on their last attempt, now failed
+    abandoned: int = 0  # claim ran out on their last attempt, now failed (unless its holder still records)
     cancelled: int = 0  # overdue e-mails whose invoice was paid or voided before sending
     released: int = 0  # claimed, not sent: the run reached its deadline
 
@@ -66,7 +70,7 @@ def run(pool: ConnectionPool, tick: Tick, sender: Sender, settings: Notification
     result = SendResult()
     scope = {"tenant": tenant, "max_attempts": settings.max_attempts}
     with pool.connection() as conn, conn.transaction():
-        result.abandoned = len(conn.execute(SQL["give_up_abandoned"], scope).fetchall())
+        result.abandoned = len(conn.execute(SQL["give_up_abandoned"], {**scope, "given_up": GIVEN_UP}).fetchall())
     while budget.allows(SEND_SECONDS):
         with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             claims = cur.execute(SQL["claim"], {**scope, "limit": settings.batch_size,
@@ -100,6 +104,7 @@ def _release(pool: ConnectionPool, claims: list[dict[str, Any]], result: SendRes
 def _send_one(pool: ConnectionPool, sender: Sender, settings: NotificationSettings,
               claim: dict[str, Any], result: SendResult, log: Any) -> None:
     ids = {"id": claim["id"], "token": claim["claim_token"]}
+    outcome_ids = {**ids, "given_up": GIVEN_UP}
     try:
         message_id = sender.send(claim["recipient"], claim["subject"], claim["body_text"])
     except SendError as exc:
@@ -107,7 +112,7 @@ def _send_one(pool: ConnectionPool, sender: Sender, settings: NotificationSettin
         delay = retry_delay(claim["attempts"], settings.retry_schedule)
         with pool.connection() as conn, conn.transaction():
             conn.execute(SQL["record_attempt"], {**ids, "outcome": "failed", "error": error})
-            row = conn.execute(SQL["mark_failed"], {**ids, "error": error, "retry_in": delay,
+            row = conn.execute(SQL["mark_failed"], {**outcome_ids, "error": error, "retry_in": delay,
                                                     "max_attempts": settings.max_attempts}).fetchone()
         if row is None:
             result.claims_lost += 1
@@ -121,7 +126,7 @@ def _send_one(pool: ConnectionPool, sender: Sender, settings: NotificationSettin
         return
     with pool.connection() as conn, conn.transaction():
         conn.execute(SQL["record_attempt"], {**ids, "outcome": "sent", "error": None})
-        row = conn.execute(SQL["mark_sent"], {**ids, "message_id": message_id}).fetchone()
+        row = conn.execute(SQL["mark_sent"], {**outcome_ids, "message_id": message_id}).fetchone()
     if row is None:
         result.claims_lost += 1
         if log is not None:

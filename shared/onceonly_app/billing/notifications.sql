@@ -3,10 +3,12 @@
 -- runs out, so a crashed sender's rows come back by themselves.
 
 -- name: give_up_abandoned --
--- In: max_attempts, tenant. Rows whose last allowed claim ran out without an
--- outcome (the sender crashed) end in `failed` instead of being sent again.
+-- In: max_attempts, tenant, given_up. Rows whose last allowed claim ran out
+-- without an outcome (the sender crashed, or is only slow) end in `failed`
+-- instead of being sent again; last_error = given_up marks the give-up, so that
+-- holder can still record its outcome (mark_sent, mark_failed).
 UPDATE notifications
-   SET status = 'failed', last_error = 'claim expired on the last attempt', updated_at = now()
+   SET status = 'failed', last_error = %(given_up)s, updated_at = now()
  WHERE status = 'sending' AND claimable_at <= clock_timestamp() AND attempts >= %(max_attempts)s
    AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
 RETURNING id;
@@ -39,22 +41,27 @@ VALUES (%(id)s, %(token)s, %(outcome)s, %(error)s)
 ON CONFLICT (notification_id, claim_token) DO NOTHING;
 
 -- name: mark_sent --
--- In: id, token, message_id. Refused (no row) if the claim was re-granted.
+-- In: id, token, message_id, given_up. Refused (no row) if the claim was
+-- re-granted. A claim given up (give_up_abandoned) still takes its holder's
+-- outcome: it was the last claim, so no other holder can have the row.
 UPDATE notifications
    SET status = 'sent', sent_at = now(), provider_message_id = %(message_id)s, last_error = NULL,
        updated_at = now()
- WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
+ WHERE id = %(id)s AND claim_token = %(token)s
+   AND (status = 'sending' OR (status = 'failed' AND last_error = %(given_up)s))
 RETURNING id;
 
 -- name: mark_failed --
--- In: id, token, error, max_attempts, retry_in (seconds). Back to pending with
--- backoff, or `failed` (kept) after the last allowed attempt. Refused (no row)
--- if the claim was re-granted.
+-- In: id, token, error, max_attempts, retry_in (seconds), given_up. Back to
+-- pending with backoff, or `failed` (kept) after the last allowed attempt.
+-- Refused (no row) if the claim was re-granted; taken on a given-up claim as
+-- in mark_sent (the real error replaces the give-up's).
 UPDATE notifications
    SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
        claimable_at = clock_timestamp() + make_interval(secs => %(retry_in)s),
        last_error = %(error)s, updated_at = now()
- WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
+ WHERE id = %(id)s AND claim_token = %(token)s
+   AND (status = 'sending' OR (status = 'failed' AND last_error = %(given_up)s))
 RETURNING status;
 
 -- name: cancel_if_moot --

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from onceonly.errors import ConfigError
 from onceonly.stores.sqlfile import load_queries
+from onceonly_app.webhooks.limits import SQS_MAX_BATCH_BYTES, encoded_payload
 
 from .aws import CALL_SECONDS
 from .budget import Budget
@@ -44,11 +46,12 @@ def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenan
             payload: dict[str, Any]) -> None:
     """Queue the event for every enabled subscription of ``tenant_id``, inside the
     caller's transaction (the change's: its time is the event's ``occurred_at``).
-    Raises ConfigError for an event type not in EVENT_TYPES."""
+    Raises ConfigError for an event type not in EVENT_TYPES, and PayloadError
+    (nothing queued) for a payload over limits.MAX_PAYLOAD_BYTES."""
     if event_type not in EVENT_TYPES:
         raise ConfigError(f"unknown webhook event type {event_type!r}: add it to webhook_events.EVENT_TYPES")
     conn.execute(SQL["fan_out"], {"event_id": event_id, "event_type": event_type, "tenant_id": tenant_id,
-                                  "payload": json.dumps(payload, separators=(",", ":"), sort_keys=True)})
+                                  "payload": encoded_payload(payload)})
 
 
 @dataclass
@@ -70,26 +73,48 @@ def flush(pool: ConnectionPool, sqs: Any, queue_url: str, *, tenant: str | None 
         # concurrent flush off these rows meanwhile.
         with pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(SQL["lock_unsent"], {"tenant": tenant, "limit": FLUSH_BATCH}).fetchall()
-            for start in range(0, len(rows), SQS_BATCH):
+            for batch in sqs_batches(rows):
                 if not budget.allows(CALL_SECONDS):
                     result.out_of_time = True
                     return result
-                sent = _send_batch(sqs, queue_url, rows[start:start + SQS_BATCH], log)
+                sent = _send_batch(sqs, queue_url, batch, log)
                 if sent:
                     cur.executemany(SQL["mark_sent"], [{"event_id": r["event_id"], "webhook_id": r["webhook_id"]}
                                                        for r in sent])
                 result.sent += len(sent)
-                result.failed += len(rows[start:start + SQS_BATCH]) - len(sent)
+                result.failed += len(batch) - len(sent)
         if len(rows) < FLUSH_BATCH or result.failed:
             return result
 
 
+def message_body(row: dict[str, Any]) -> str:
+    """The dispatcher's SQS message (webhooks/messages.py) for one outbox row."""
+    return json.dumps({"webhook_id": row["webhook_id"], "tenant_id": row["tenant_id"], "event_id": row["event_id"],
+                       "event_type": row["event_type"], "payload": row["payload"],
+                       "occurred_at": row["created_at"].isoformat(), "sequence": row["event_sequence"]},
+                      separators=(",", ":"))
+
+
+def sqs_batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """``rows`` in SendMessageBatch calls: at most SQS_BATCH messages and
+    SQS_MAX_BATCH_BYTES of bodies per call (SQS refuses a larger request whole,
+    which would leave the same rows unsent on every flush)."""
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        body = len(message_body(row).encode("utf-8"))
+        if batch and (len(batch) == SQS_BATCH or size + body > SQS_MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += body
+    if batch:
+        yield batch
+
+
 def _send_batch(sqs: Any, queue_url: str, rows: list[dict[str, Any]], log: Any) -> list[dict[str, Any]]:
     """One SendMessageBatch call; returns the rows SQS accepted."""
-    entries = [{"Id": str(n), "MessageBody": json.dumps(
-        {"webhook_id": r["webhook_id"], "tenant_id": r["tenant_id"], "event_id": r["event_id"],
-         "event_type": r["event_type"], "payload": r["payload"], "occurred_at": r["created_at"].isoformat(),
-         "sequence": r["event_sequence"]}, separators=(",", ":"))} for n, r in enumerate(rows)]
+    entries = [{"Id": str(n), "MessageBody": message_body(r)} for n, r in enumerate(rows)]
     try:
         response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
     except (ClientError, BotoCoreError) as exc:

@@ -39,8 +39,14 @@ class Subscription:
     id: str
     tenant_id: str | None  # None: a subscription from before tenants, not assigned yet
     url: str
-    secret: str
+    secret: str  # the current signing secret
     enabled: bool
+    previous_secrets: tuple[str, ...] = ()  # rotated out, still inside their overlap (newest first)
+
+    @property
+    def signing_secrets(self) -> tuple[str, ...]:
+        """Every secret an attempt signs with: the current one first."""
+        return (self.secret, *self.previous_secrets)
 
 
 @dataclass(frozen=True)
@@ -130,7 +136,7 @@ class DeliveryRepository:
             return None
         row = rows[0]
         subscription = Subscription(row.pop("webhook_id"), row.pop("subscription_tenant_id"), row.pop("url"),
-                                    row.pop("secret"), row.pop("enabled"))
+                                    row.pop("secret"), row.pop("enabled"), tuple(row.pop("previous_secrets")))
         return AttemptInput(subscription=subscription, **row)
 
     def stamp_fence(self, delivery_id: str, generation: int, token: int) -> str | None:
@@ -150,6 +156,13 @@ class DeliveryRepository:
             "next_attempt_at": outcome.next_attempt_at, "started_at": started_at,
         })
         return Recorded(bool(rows[0]["recorded"]), rows[0]["attempt"])
+
+    def rotate_secret(self, webhook_id: str, secret: str, overlap: float, keep: int) -> bool:
+        """Make ``secret`` the subscription's current signing secret; the one it
+        replaces is still signed with for ``overlap`` seconds (at most ``keep``
+        previous secrets). False for an unknown subscription."""
+        return bool(self._rows("rotate_secret", {"webhook_id": webhook_id, "secret": secret,
+                                                 "overlap": overlap, "keep": keep}))
 
     def disable_subscription(self, webhook_id: str, reason: str) -> bool:
         return bool(self._rows("disable_subscription", {"webhook_id": webhook_id, "reason": reason}))

@@ -33,6 +33,7 @@ SELECT extract(epoch FROM created_at)::float8 AS created_at FROM webhook_deliver
 -- attempt the schedule allows has started. The attempt is counted here, BEFORE
 -- the request, in its own commit: a worker that dies mid-attempt, or cannot
 -- read the response, has still used one, so a poison delivery runs out.
+-- previous_secrets: the rotated-out secrets still inside their overlap, newest first.
 UPDATE webhook_deliveries d
    SET attempts = d.attempts + 1, updated_at = now()
   FROM webhook_subscriptions s
@@ -42,7 +43,10 @@ UPDATE webhook_deliveries d
    AND d.attempts < %(max_attempts)s
 RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence,
           extract(epoch FROM coalesce(d.occurred_at, d.created_at))::float8 AS occurred_at,
-          s.id AS webhook_id, s.tenant_id AS subscription_tenant_id, s.url, s.secret, s.enabled;
+          s.id AS webhook_id, s.tenant_id AS subscription_tenant_id, s.url, s.secret, s.enabled,
+          ARRAY(SELECT p ->> 'secret' FROM jsonb_array_elements(s.previous_secrets) p
+                 WHERE (p ->> 'until')::float8 > extract(epoch FROM now())
+                 ORDER BY (p ->> 'until')::float8 DESC) AS previous_secrets;
 
 -- name: stamp_fence --
 -- In: id, generation, token (the queue claim's). Out: the row with the status it
@@ -90,6 +94,30 @@ INSERT INTO webhook_attempts (delivery_id, generation, fence_token, attempt, out
 SELECT %(id)s, %(generation)s, %(token)s, (SELECT attempts FROM upd), %(outcome)s, %(response_code)s,
        %(error)s, EXISTS (SELECT 1 FROM upd), to_timestamp(%(started_at)s::float8)
 RETURNING recorded, attempt;
+
+-- name: rotate_secret --
+-- In: webhook_id, secret (the new one), overlap (seconds), keep (how many
+-- previous secrets at most). Out: the row's id, or NO row for an unknown
+-- subscription. The replaced secret stays valid for `overlap` seconds (an
+-- overlap of 0 retires it at once); secrets past their overlap are dropped
+-- here. One statement on the row: a rotation running meanwhile waits for its
+-- lock, then re-reads the row (READ COMMITTED re-check), so neither loses the
+-- other's secret. Read-then-write in two statements would lose one.
+UPDATE webhook_subscriptions
+   SET previous_secrets = (
+           SELECT coalesce(jsonb_agg(p ORDER BY (p ->> 'until')::float8 DESC), '[]')
+             FROM (SELECT p FROM (
+                       SELECT jsonb_build_object('secret', secret,
+                                                 'until', extract(epoch FROM now()) + %(overlap)s::float8) AS p
+                       UNION ALL
+                       SELECT p FROM jsonb_array_elements(previous_secrets) p) candidates
+                    WHERE (p ->> 'until')::float8 > extract(epoch FROM now())
+                    ORDER BY (p ->> 'until')::float8 DESC
+                    LIMIT %(keep)s) kept),
+       secret = %(secret)s,
+       updated_at = now()
+ WHERE id = %(webhook_id)s
+RETURNING id;
 
 -- name: disable_subscription --
 UPDATE webhook_subscriptions

@@ -22,6 +22,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from aws_lambda_powertools.utilities.batch import BatchProcessor
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from onceonly.errors import StoreUnavailableError
@@ -32,6 +34,40 @@ from .service import DeadlineNearError, DispatchResult, WebhookService
 OUTAGE_VISIBILITY_FIRST = 60  # seconds before the first retry of a record an outage stopped
 OUTAGE_VISIBILITY_MAX = 43_200  # SQS's longest visibility timeout (12 h)
 SQS_BATCH = 10  # ChangeMessageVisibilityBatch takes at most 10 entries
+
+
+class MalformedBatchError(ValueError):
+    """The event is not an SQS batch Lambda could have sent: no ``Records``
+    list, or a record that is not an object or has no ``messageId`` (without
+    one a record cannot be reported alone). Nothing was processed; the
+    invocation fails, so SQS would return the whole batch."""
+
+
+def check_sqs_event(event: Any) -> None:
+    """Raise MalformedBatchError unless ``event`` has the shape of an SQS batch.
+    A record's body is not checked here: a bad body fails that record alone."""
+    records = event.get("Records") if isinstance(event, dict) else None
+    if not isinstance(records, list) or not records:
+        raise MalformedBatchError(f"not an SQS event: expected a non-empty 'Records' list in an object, got "
+                                  f"{type(records if isinstance(event, dict) else event).__name__}")
+    for n, record in enumerate(records):
+        message_id = record.get("messageId") if isinstance(record, dict) else None
+        if not isinstance(message_id, str) or not message_id:
+            raise MalformedBatchError(f"SQS record {n} is not an object with a non-empty string messageId")
+
+
+def fail_if_nothing_went_through(processor: BatchProcessor) -> None:
+    """After the batch: when every record failed and not all of them for a fault
+    of their own (a store outage, a missing schema, no time left), fail the
+    invocation as Powertools does by default (BatchProcessingError), so the
+    function's error metric and schema_required see it. A batch whose records
+    were all malformed is answered record by record, like any other."""
+    if processor.success_messages or not processor.fail_messages:
+        return
+    if all(isinstance(exc, MalformedMessageError) for _, exc, _ in processor.exceptions):
+        return
+    raise BatchProcessingError(msg=f"All records failed processing. {len(processor.exceptions)} individual "
+                               "errors logged separately below.", child_exceptions=processor.exceptions)
 
 
 def outage_visibility(receive_count: int) -> int:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .limits import PayloadError, encoded_payload
+
 MAX_ID_LENGTH = 256
 REQUIRED = ("webhook_id", "tenant_id", "event_id", "event_type", "payload")
 
@@ -33,13 +35,17 @@ class DeliveryRequest:
     sequence: int | None = None  # larger for a later change of the same invoice
 
 
-def parse_message(body: str | bytes | None) -> DeliveryRequest:
+def parse_message(body: Any) -> DeliveryRequest:
     """Parse and validate one message body. Raises MalformedMessageError."""
-    if body is None or not body.strip():
+    if body is None or isinstance(body, str | bytes) and not body.strip():
         raise MalformedMessageError("empty message body")
+    if not isinstance(body, str | bytes):
+        raise MalformedMessageError(f"body must be a string, got {type(body).__name__}")
+    # ValueError: JSONDecodeError, UnicodeDecodeError, and a number of more digits
+    # than int() takes (sys.get_int_max_str_digits); RecursionError: nested too deep.
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise MalformedMessageError(f"body is not JSON: {exc.__class__.__name__} at position "
                                     f"{getattr(exc, 'pos', '?')}") from exc
     if not isinstance(data, dict):
@@ -51,6 +57,10 @@ def parse_message(body: str | bytes | None) -> DeliveryRequest:
         _check_id(name, data[name])
     if data["payload"] is None:
         raise MalformedMessageError("payload must not be null")
+    try:
+        encoded_payload(data["payload"])  # too large, or a string jsonb cannot store: never deliverable
+    except PayloadError as exc:
+        raise MalformedMessageError(str(exc)) from None
     return DeliveryRequest(data["webhook_id"], data["event_id"], data["event_type"], data["payload"],
                            data["tenant_id"], _occurred_at(data.get("occurred_at")),
                            _sequence(data.get("sequence")))
@@ -61,6 +71,16 @@ def _check_id(name: str, value: Any) -> None:
         raise MalformedMessageError(f"{name} must be a non-empty string, got {type(value).__name__}")
     if len(value) > MAX_ID_LENGTH:
         raise MalformedMessageError(f"{name} is longer than {MAX_ID_LENGTH} characters")
+    if "\x00" in value or _not_utf8(value):
+        raise MalformedMessageError(f"{name} holds a NUL or a lone surrogate, which PostgreSQL text cannot store")
+
+
+def _not_utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _occurred_at(value: Any) -> datetime | None:

@@ -28,9 +28,7 @@ def redrive(repo: DeliveryRepository, queue: Queue, *, delivery_ids: list[str] |
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     redriven = [Redriven(i, g) for i, g in repo.redrive_dead(delivery_ids, webhook_id, limit)]
-    for item in redriven:
-        # The generation in the payload is what the claim stamps and fences with.
-        queue.put(item.delivery_id, payload={"generation": item.generation})
+    _put_due_now(queue, redriven)
     return redriven
 
 
@@ -38,9 +36,14 @@ def requeue_retrying(repo: DeliveryRepository, queue: Queue, delivery_ids: list[
     """Make the listed ``retrying`` deliveries due now. A waiting queue item is only
     rescheduled; a missing one (a redrive that died half-way) is created again."""
     requeued = [Redriven(i, g) for i, g in repo.retrying(delivery_ids)]
-    for item in requeued:
-        queue.put(item.delivery_id, payload={"generation": item.generation})
+    _put_due_now(queue, requeued)
     return requeued
+
+
+def _put_due_now(queue: Queue, items: list[Redriven]) -> None:
+    # One round trip per batch. The generation in the payload is what the
+    # claim stamps and fences with.
+    queue.put_many((item.delivery_id, None, {"generation": item.generation}) for item in items)
 
 
 def list_dead(repo: DeliveryRepository, *, webhook_id: str | None = None, limit: int = 100) -> list[dict]:

@@ -9,8 +9,8 @@ deadline.
   that trickles bytes cannot hold the attempt open read by read.
 - One connection per attempt, closed afterwards: nothing slow goes back to a
   pool. Redirects are never followed (http.client does not), no proxy is ever
-  used (we dial the address ourselves), and at most 512 bytes of the response
-  body are read, for the error text."""
+  used (we dial the address ourselves), and at most MAX_RESPONSE_BYTES (512) of
+  the response body are read, for the error text (limits.py)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ import certifi
 
 from .backoff import RETRY_AFTER_STATUSES
 from .deadline import Deadline, DeadlineExceededError, SocketWatchdog
+from .limits import MAX_RESPONSE_BYTES
 from .ssrf import Target
 
 USER_AGENT = "onceonly-webhooks/0.1"
-MAX_ERROR_BODY = 512
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,8 @@ def _reason(exc: BaseException, watchdog: SocketWatchdog, deadline: Deadline) ->
 
 def _snippet(response: http.client.HTTPResponse, watchdog: SocketWatchdog) -> str:
     try:
-        raw = response.read(MAX_ERROR_BODY) or b""
+        raw = response.read(MAX_RESPONSE_BYTES) or b""
     except (OSError, http.client.HTTPException) as exc:
         why = "deadline passed" if watchdog.fired else exc.__class__.__name__
         return f"(body unreadable: {why})"
-    return raw.decode("utf-8", "replace").strip()[:MAX_ERROR_BODY] or "(empty body)"
+    return raw.decode("utf-8", "replace").strip()[:MAX_RESPONSE_BYTES] or "(empty body)"

@@ -298,7 +298,7 @@ class WebhookService:
         except UnresolvableHostError as exc:
             return self._failure(SendResult(None, str(exc)), delivery.attempt)
         body = delivery.body()
-        headers = signed_headers(subscription.secret, delivery.id, body, self.clock())
+        headers = signed_headers(subscription.signing_secrets, delivery.id, body, self.clock())
         result = self.sender.post(target, body, headers, deadline)
         if result.ok:
             return Outcome("succeeded", "succeeded", result.status_code, None, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from standardwebhooks import Webhook
@@ -17,13 +18,19 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(24)).decode("ascii")
 
 
-def signed_headers(secret: str, msg_id: str, body: str, now: float) -> dict[str, str]:
+def signed_headers(keys: str | Sequence[str], msg_id: str, body: str, now: float) -> dict[str, str]:
     """The three Standard Webhooks headers for one attempt. ``msg_id`` is the
-    delivery id (the same on every attempt); the timestamp is the attempt's."""
+    delivery id (the same on every attempt); the timestamp is the attempt's.
+    With several ``keys`` (a rotation's overlap) the signature header holds
+    one space-separated ``v1,…`` per secret, as Standard Webhooks allows: a
+    receiver verifying with any one of them passes."""
     timestamp = datetime.fromtimestamp(int(now), tz=UTC)
-    signature = Webhook(secret).sign(msg_id=msg_id, timestamp=timestamp, data=body)
+    signing = [keys] if isinstance(keys, str) else list(keys)
+    if not signing:
+        raise ValueError("at least one signing secret is needed")
     return {
         "webhook-id": msg_id,
         "webhook-timestamp": str(int(now)),
-        "webhook-signature": signature,
+        "webhook-signature": " ".join(Webhook(key).sign(msg_id=msg_id, timestamp=timestamp, data=body)
+                                      for key in signing),
     }

@@ -1,0 +1,171 @@
+"""The webhook scenarios the report judges beyond exactly-once: a hostile
+Retry-After is clamped, a trickling answer is cut at the attempt's deadline
+and retried, and no delivery crosses tenants. Judged from what the receiver
+saw and what the database holds after the run; the judge_* functions take
+plain data, so the tests can feed them a bad state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ..receiver import ReceivedRequest
+from .report import Invariant
+
+# (status, Retry-After, honoured): honoured values are valid per RFC 9110 and
+# longer than the cap, so the next attempt waits for the cap exactly; the
+# others are not valid and are ignored (the retry schedule decides).
+HOSTILE_RETRY_AFTER = (
+    (429, "9" * 40, True),  # delta-seconds of 40 digits
+    (503, "86400", True),  # a day
+    (429, "Fri, 31 Dec 9999 23:59:59 GMT", True),  # an HTTP-date in the far future
+    (503, "-30", False),  # negative: not delta-seconds
+    (429, "after lunch", False),
+    (503, "\u00b2", False),  # "²": str.isdigit() says yes, RFC 9110 says no
+)
+TRICKLE_GAP = 0.2  # seconds per byte of a trickled answer
+TRICKLE_MIN_BYTES = 100  # a status line and headers at least: the whole answer takes >= 20 s
+TOLERANCE = 0.05  # seconds: both times come from this host's clock, rounded by nobody
+DEADLINE_ERROR = "the attempt's deadline passed"
+
+ATTEMPTS = """
+SELECT delivery_id, attempt, outcome, error, recorded,
+       extract(epoch FROM finished_at - started_at)::float8 AS seconds
+  FROM webhook_attempts WHERE delivery_id = ANY(%s) ORDER BY delivery_id, id"""
+DELIVERIES = """
+SELECT d.id, d.webhook_id, d.tenant_id, s.tenant_id AS subscription_tenant, d.status
+  FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.webhook_id"""
+OUTBOX_CROSSING = """
+SELECT o.webhook_id, o.event_id, o.tenant_id, s.tenant_id AS subscription_tenant
+  FROM webhook_outbox o JOIN webhook_subscriptions s ON s.id = o.webhook_id
+ WHERE o.tenant_id IS DISTINCT FROM s.tenant_id"""
+
+
+def requests_of(history: Iterable[ReceivedRequest], endpoints: set[str]) -> list[ReceivedRequest]:
+    """The requests of the run's endpoints that carried a webhook-id."""
+    return [r for r in history if r.webhook_id and r.endpoint in endpoints]
+
+
+def _by_delivery(requests: list[ReceivedRequest], ids: Iterable[str]) -> dict[str, list[ReceivedRequest]]:
+    wanted = set(ids)
+    grouped: dict[str, list[ReceivedRequest]] = {i: [] for i in wanted}
+    for request in sorted(requests, key=lambda r: r.received_at):
+        if request.webhook_id in wanted:
+            grouped[request.webhook_id].append(request)
+    return grouped
+
+
+def judge_retry_after(requests: list[ReceivedRequest], statuses: dict[str, str], retry_after_of: dict[str, str],
+                      cap: float, scheduled: dict[str, float], longest: float) -> Invariant:
+    """After each hostile answer the delivery was attempted again (an unclamped
+    value would park it for years), no earlier than its floor: the cap for a
+    valid value above it, nothing for an invalid one (the schedule decides).
+    ``scheduled``: the delays the sender scheduled, as sampled while the
+    deliveries waited; none may exceed the cap or the schedule's ``longest``."""
+    honoured = {value: ok for _, value, ok in HOSTILE_RETRY_AFTER}
+    bound = max(cap, longest)
+    bad, gaps = [], []
+    for delivery_id, delay in scheduled.items():
+        if delay > bound + TOLERANCE:
+            bad.append(f"{retry_after_of.get(delivery_id)!r}: next attempt scheduled {delay:.0f} s ahead, beyond the "
+                       f"{bound:g} s the policy allows")
+    for delivery_id, seen in _by_delivery(requests, retry_after_of).items():
+        value = retry_after_of[delivery_id]
+        hostile = next((k for k, r in enumerate(seen) if r.retry_after == value), None)
+        if hostile is None:
+            bad.append(f"{value!r}: never answered")
+            continue
+        answered = seen[hostile].answered_at or seen[hostile].received_at
+        later = seen[hostile + 1:]
+        if not later or statuses.get(delivery_id) not in ("succeeded", "dead"):
+            bad.append(f"{value!r}: no attempt after it, or unfinished ({statuses.get(delivery_id)}): parked")
+            continue
+        gap, floor = later[0].received_at - answered, cap if honoured.get(value, False) else 0.0
+        gaps.append(gap)
+        if gap < floor - TOLERANCE:
+            bad.append(f"{value!r}: retried after {gap:.2f} s, before its floor of {floor:g} s")
+    sampled = f"; scheduled delays seen up to {max(scheduled.values()):.2f} s (bound {bound:g} s)" if scheduled else ""
+    return Invariant("hostile Retry-After clamped", bool(retry_after_of) and not bad, "; ".join(bad[:5]) or (
+        f"{len(gaps)} hostile values (huge, negative, far-future date, garbage): each retried, none before its "
+        f"floor (cap {cap:g} s), gaps {min(gaps):.2f}-{max(gaps):.2f} s{sampled}" if gaps
+        else "no hostile answer seeded"))
+
+
+def judge_trickle(requests: list[ReceivedRequest], attempts: dict[str, list[dict[str, Any]]], statuses: dict[str, str],
+                  trickled: set[str], kills: int) -> Invariant:
+    """The first answer of each trickled delivery was cut, not read whole: its
+    attempt recorded the deadline's timeout and took less than the trickle
+    would (or its worker was killed, when replicas were); a later attempt
+    was accepted and the delivery succeeded."""
+    full = TRICKLE_GAP * TRICKLE_MIN_BYTES
+    bad, seconds = [], []
+    for delivery_id, seen in _by_delivery(requests, trickled).items():
+        if not seen or not seen[0].trickled:
+            bad.append(f"{delivery_id}: its first answer was not trickled")
+            continue
+        if not seen[0].cut:
+            bad.append(f"{delivery_id}: the trickled answer was read whole")
+        if statuses.get(delivery_id) != "succeeded" or not any(r.accepted for r in seen[1:]):
+            bad.append(f"{delivery_id}: not retried to success ({statuses.get(delivery_id)})")
+        rows = attempts.get(delivery_id, [])
+        cut = [row for row in rows if DEADLINE_ERROR in (row["error"] or "")]
+        seconds += [float(row["seconds"]) for row in cut]
+        if any(float(row["seconds"]) >= full for row in cut):
+            bad.append(f"{delivery_id}: an attempt ran {max(float(r['seconds']) for r in cut):.1f} s, "
+                       f"the whole trickle's length")
+        if not cut and not kills:
+            bad.append(f"{delivery_id}: no attempt ended at its deadline ({[r['error'] for r in rows]})")
+    detail = (f"{len(trickled)} trickled answers ({full:g} s each if read whole): cut after "
+              f"{min(seconds):.2f}-{max(seconds):.2f} s and retried" if seconds else
+              f"{len(trickled)} trickled answers, each cut (the worker was killed) and retried")
+    return Invariant("trickled attempts cut at the deadline and retried", bool(trickled) and not bad,
+                     "; ".join(bad[:5]) or detail)
+
+
+def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[str, Any]],
+                  requests: list[ReceivedRequest], tenant_of: dict[str, str], misaddressed: set[str]) -> Invariant:
+    """No event reached another tenant's endpoint: the outbox fanned out to the
+    event's tenant only, every delivery not refused is its subscription's
+    tenant's, every request an endpoint got carried its own tenant's data, and
+    the misaddressed events were refused without a request."""
+    bad = [f"outbox: {r['tenant_id']}'s {r['event_id']} for {r['subscription_tenant']}'s {r['webhook_id']}"
+           for r in outbox_crossing]
+    status = {d["id"]: d["status"] for d in deliveries}
+    bad += [f"{d['id']}: {d['tenant_id']}'s event, {d['status']} to {d['subscription_tenant']}'s {d['webhook_id']}"
+            for d in deliveries if d["status"] != "dead" and d["tenant_id"] != d["subscription_tenant"]]
+    for request in requests:
+        try:
+            tenant = json.loads(request.body)["data"]["tenant_id"]
+        except (ValueError, TypeError, KeyError):
+            tenant = None
+        if tenant != tenant_of.get(request.endpoint):
+            bad.append(f"{request.endpoint} ({tenant_of.get(request.endpoint)}) got {tenant}'s {request.webhook_id}")
+    sent = {r.webhook_id for r in requests}
+    bad += [f"misaddressed {i}: {status.get(i)}" + (", sent" if i in sent else "")
+            for i in sorted(misaddressed) if status.get(i) != "dead" or i in sent]
+    tenants = len(set(tenant_of.values()))
+    return Invariant("no cross-tenant delivery", bool(misaddressed) and not bad, "; ".join(bad[:5]) or
+                     f"{len(requests)} requests to {len(tenant_of)} endpoints of {tenants} tenants, each with its "
+                     f"own tenant's data; {len(misaddressed)} misaddressed events refused, never sent")
+
+
+def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[ReceivedRequest], load: Any, cap: float,
+                       longest: float, kills: int) -> list[Invariant]:
+    """``load``: the run's WebhookLoad (what was seeded, and the retry delays it
+    sampled); ``cap``: WEBHOOK_MAX_RETRY_AFTER; ``longest``: the retry
+    schedule's longest ceiling."""
+    requests = requests_of(history, set(load.tenant_of))
+    with conn.cursor(row_factory=dict_row) as cur:
+        deliveries = [d for d in cur.execute(DELIVERIES) if d["webhook_id"] in load.tenant_of]
+        crossing = cur.execute(OUTBOX_CROSSING).fetchall()
+        attempts: dict[str, list[dict[str, Any]]] = {}
+        for row in cur.execute(ATTEMPTS, (sorted(load.trickled),)):
+            attempts.setdefault(row["delivery_id"], []).append(row)
+    statuses = {d["id"]: d["status"] for d in deliveries}
+    return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed),
+            judge_retry_after(requests, statuses, load.retry_after_of, cap, load.scheduled, longest),
+            judge_trickle(requests, attempts, statuses, load.trickled, kills)]

@@ -1,0 +1,129 @@
+"""PostgreSQL: a claim's cost does not grow with the backlog, nor does an ack's
+or a lookup by id. Plans are checked, not timings: the statements run under
+EXPLAIN ANALYZE (rolled back) and the rows their scans of the queue table read
+are counted, with statistics that do not know the queue yet (it grew since the
+last ANALYZE, the case where a planner guesses "one row" and may walk the
+whole queue), with both the custom plans of the first executions and the
+generic plan psycopg's prepared statements switch to."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pytest
+
+import onceonly
+from onceonly.stores.postgres import SQL
+
+BACKLOG = 5_000
+LIMIT = 25
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+pytestmark = pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+plans = pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
+
+
+@pytest.fixture
+def stale_stats(postgres_url: str, store: onceonly.Store) -> None:
+    """Statistics taken before the test's queue exists."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ANALYZE onceonly_queue")
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def explain(url: str, statement: str, params: dict[str, Any], *, generic: bool) -> list[dict[str, Any]]:
+    """The executed plan nodes of one of the store's statements; rolled back,
+    so the queue is left as it was."""
+    sql = SQL[statement]
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction(force_rollback=True):
+        cur = psycopg.ClientCursor(conn)  # values inlined: EXECUTE takes no bound parameters
+        if generic:
+            names = list(dict.fromkeys(_PLACEHOLDER.findall(sql)))
+            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            conn.execute("PREPARE explained AS " + _PLACEHOLDER.sub(lambda m: f"${names.index(m[1]) + 1}", sql))
+            cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained({', '.join(['%s'] * len(names))})",
+                        [params[name] for name in names])
+        else:
+            cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        row = cur.fetchone()
+    assert row is not None
+    return list(_nodes(row[0][0]["Plan"]))
+
+
+def explain_claim(url: str, queue: str, *, acks: Sequence[onceonly.Claim] = (), limit: int = LIMIT,
+                  generic: bool = False) -> list[dict[str, Any]]:
+    """The store's claim statement, which also acks (limit 0: ack_many)."""
+    params = {"queue": queue, "owner": "explain", "limit": limit, "lease": 60.0,
+              "item_ids": [c.item_id for c in acks], "tokens": [c.token for c in acks],
+              "owners": [c.owner for c in acks]}
+    return explain(url, "claim", params, generic=generic)
+
+
+def rows_read(nodes: list[dict[str, Any]]) -> int:
+    """Rows the plan's scans of the queue table produced or filtered away."""
+    scans = [n for n in nodes if n.get("Relation Name") == "onceonly_queue" and "Scan" in n["Node Type"]]
+    assert scans, nodes
+    return sum((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"] for n in scans)
+
+
+def put_backlog(q: onceonly.Queue, prefix: str, due_at: float, count: int = BACKLOG) -> None:
+    """``count`` items due from ``due_at`` on, a millisecond apart."""
+    q.put_many((f"{prefix}-{i}", due_at + i / 1000, None) for i in range(count))
+
+
+@plans
+def test_claim_reads_no_scheduled_or_in_flight_item(postgres_url: str, store: onceonly.Store, unique: str,
+                                                    stale_stats: None, generic: bool) -> None:
+    q = store.queue(unique)
+    put_backlog(q, "future", time.time() + 3600)
+    put_backlog(q, "held", time.time() - 60, LIMIT)
+    assert len(q.claim(limit=LIMIT, lease=3600)) == LIMIT  # in flight: lease expiry in the future
+    put_backlog(q, "due", time.time() - 60, 3)
+
+    nodes = explain_claim(postgres_url, unique, generic=generic)
+    # The 3 due items, found once to lock them and once to update them.
+    assert rows_read(nodes) == 2 * 3, nodes
+    assert q.depth() == onceonly.QueueDepth(due=3, scheduled=BACKLOG, in_flight=LIMIT)
+
+
+@plans
+def test_claim_reads_only_what_it_takes_from_a_due_backlog(postgres_url: str, store: onceonly.Store, unique: str,
+                                                           stale_stats: None, generic: bool) -> None:
+    q = store.queue(unique)
+    put_backlog(q, "due", time.time() - 60)
+    assert rows_read(explain_claim(postgres_url, unique, generic=generic)) == 2 * LIMIT
+
+
+@plans
+def test_claim_on_a_backlog_with_nothing_due_reads_nothing(postgres_url: str, store: onceonly.Store, unique: str,
+                                                           stale_stats: None, generic: bool) -> None:
+    q = store.queue(unique)
+    put_backlog(q, "future", time.time() + 3600)
+    assert rows_read(explain_claim(postgres_url, unique, generic=generic)) == 0
+    assert q.claim(limit=LIMIT, lease=60) == []
+
+
+@plans
+def test_ack_and_lookups_by_id_read_their_rows_only(postgres_url: str, store: onceonly.Store, unique: str,
+                                                    stale_stats: None, generic: bool) -> None:
+    q = store.queue(unique)
+    put_backlog(q, "due", time.time() - 60)
+    claims = q.claim(limit=3, lease=60)
+    # Each claim looked up once by primary key, then deleted by ctid.
+    assert rows_read(explain_claim(postgres_url, unique, acks=claims, limit=0, generic=generic)) == 2 * 3
+    # claim(acks=...): the same, plus the 25 items taken, read twice.
+    assert rows_read(explain_claim(postgres_url, unique, acks=claims, generic=generic)) == 2 * 3 + 2 * LIMIT
+    first = claims[0]
+    retry = {"queue": unique, "item_id": first.item_id, "token": first.token, "owner": first.owner,
+             "due_at": time.time()}
+    assert rows_read(explain(postgres_url, "retry", retry, generic=generic)) == 1
+    cancel = {"queue": unique, "item_id": "due-7"}
+    assert rows_read(explain(postgres_url, "cancel", cancel, generic=generic)) == 1

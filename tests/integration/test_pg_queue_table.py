@@ -1,0 +1,72 @@
+"""PostgreSQL setup() tunes the queue table for churn, and upgrades a table of
+the previous version: the claim index becomes partial, storage options are set
+once and the user's own are kept."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import onceonly
+from tests.support.scratch import scratch_database
+
+# The queue table and index as version 0.1 created them.
+OLD_QUEUE_TABLE = """
+CREATE TABLE onceonly_queue (
+    queue text NOT NULL, item_id text NOT NULL, payload jsonb, claimable_at timestamptz NOT NULL,
+    token bigint NOT NULL DEFAULT 0, attempt integer NOT NULL DEFAULT 0, owner text,
+    PRIMARY KEY (queue, item_id));
+CREATE INDEX onceonly_queue_claimable ON onceonly_queue (queue, claimable_at);
+"""
+
+
+@pytest.fixture
+def empty_database(postgres_server_url: str) -> Iterator[str]:
+    with scratch_database(postgres_server_url, "onceonly_table") as url:
+        yield url
+
+
+def _table(url: str) -> tuple[list[str] | None, dict[str, str]]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'onceonly_queue'").fetchone()
+        indexes = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'onceonly_queue'").fetchall()
+    assert row is not None
+    return row[0], dict(indexes)
+
+
+def _setup(url: str) -> None:
+    store = onceonly.connect(url)
+    try:
+        store.setup()
+    finally:
+        store.close()
+
+
+def test_setup_upgrades_the_old_table_and_tunes_it_once(empty_database: str) -> None:
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute(OLD_QUEUE_TABLE)
+        conn.execute("INSERT INTO onceonly_queue (queue, item_id, claimable_at) VALUES ('q', 'kept', now())")
+    _setup(empty_database)
+    options, indexes = _table(empty_database)
+    assert sorted(options or []) == ["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=1000",
+                                     "fillfactor=80"]
+    assert set(indexes) == {"onceonly_queue_pkey", "onceonly_queue_due"}
+    assert indexes["onceonly_queue_due"].endswith("WHERE (claimable_at IS NOT NULL)")
+
+    store = onceonly.connect(empty_database)
+    try:
+        assert [c.item_id for c in store.queue("q").claim(limit=5, lease=30)] == ["kept"]
+    finally:
+        store.close()
+
+
+def test_setup_keeps_storage_options_set_by_the_user(empty_database: str) -> None:
+    _setup(empty_database)
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE onceonly_queue RESET (fillfactor, autovacuum_vacuum_threshold)")
+        conn.execute("ALTER TABLE onceonly_queue SET (autovacuum_vacuum_scale_factor = 0.05)")
+    _setup(empty_database)
+    assert _table(empty_database)[0] == ["autovacuum_vacuum_scale_factor=0.05"]
