@@ -135,6 +135,8 @@ def test_simulate_with_crashes_keeps_every_invariant(crash_run: SimulateRun) -> 
     cancelled = [e for e in report["cron"]["effects"] if e["what"] == "e-mails cancelled (paid first)"]
     assert cancelled and cancelled[0]["actual"] > 0  # paid before the e-mails went out: cancelled, not sent
     assert report["latency_ms"]["p50"] is not None and report["throughput_per_second"] > 0
+    ordinary = report["ordinary_deliveries"]  # the --events ones alone: the scenario events are not counted
+    assert 0 < ordinary["deliveries"] <= EVENTS and ordinary["per_second"] > 0
     assert not processes_under(crash_run.tmp), "simulate left processes running"
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from onceonly_cli.simulate.drain import DrainWatch
-from onceonly_cli.simulate.report import TickFacts
+from onceonly_cli.simulate.report import DeliveryFacts, TickFacts, build_report
 
 
 def tick(completed: bool, final_token: int | None, *runs: tuple[str, int], crashed: int = 0,
@@ -61,3 +61,19 @@ def test_the_drain_stops_at_the_time_limit_even_while_progressing() -> None:
 def test_finished_work_ends_the_wait_as_drained() -> None:
     watch = DrainWatch(stall_limit=10, time_limit=60)
     assert watch.observe(1, finished=True) and watch.drained
+
+
+def test_the_scaling_rate_counts_the_ordinary_deliveries_over_their_own_span() -> None:
+    # Two ordinary deliveries over 2 s, and a scenario delivery (a clamped
+    # Retry-After) finishing 9 s later: the run lasts 11 s, the ordinary ones 2 s.
+    facts = DeliveryFacts(
+        events_in=3, messages_sent=3, duplicate_messages=0, expected_ids={"a", "b", "hostile"},
+        statuses={"a": "succeeded", "b": "succeeded", "hostile": "succeeded"},
+        accepted=Counter({"a": 1, "b": 1, "hostile": 1}), requests=3, unverified=0,
+        first_sent={"a": 100.0, "b": 100.5, "hostile": 100.0},
+        first_accepted={"a": 101.0, "b": 102.0, "hostile": 111.0}, fenced_refused=0, sqs_dead_letters=0,
+        ordinary_ids={"a", "b"})
+    report = build_report(config={}, started=100.0, finished=111.0, replicas=1, deliveries=facts, ticks=[],
+                          effects=[], invocations=[], kills=0, restarts=0, drained=True, drain_detail="")
+    assert report["ordinary_deliveries"] == {"deliveries": 2, "seconds": 2.0, "per_second": 1.0}
+    assert report["throughput_per_second"] == round(3 / 11, 2)

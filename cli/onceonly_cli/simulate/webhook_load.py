@@ -175,6 +175,11 @@ class WebhookLoad:
         return [message for _, message in placed]
 
     @property
+    def ordinary_ids(self) -> set[str]:
+        """The deliveries of the --events events, the scenario ones left out."""
+        return self.generated - set(self.retry_after_of) - self.trickled - self.misaddressed
+
+    @property
     def scenario_events(self) -> int:
         return len(self.retry_after_of) + len(self.trickled) + len(self.misaddressed)
 
@@ -239,4 +244,5 @@ class WebhookLoad:
             events_in=self.events_in, messages_sent=messages_sent, duplicate_messages=self.duplicate_messages,
             expected_ids=set(self.expected), statuses=statuses, accepted=accepted, requests=requests,
             unverified=unverified, first_sent=dict(self.first_sent), first_accepted=first_accepted,
-            fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_dead_letters=sqs_dead_letters)
+            fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_dead_letters=sqs_dead_letters,
+            ordinary_ids=self.ordinary_ids)
