@@ -225,7 +225,8 @@ class Report:
         if any(t.met is False and t.profile is None for t in missed):
             out += [f"The replica target has no in-process profile: `onceonly simulate` measures it end to end, and "
                     f"its replica processes share this machine's {nproc} cores with the receiver, the AWS stand-ins "
-                    "and the servers.", ""]
+                    "and the servers: the replicas table gives each run's CPU per delivery and how busy the "
+                    "machine was.", ""]
         if any(t.met is False and t.goal.startswith("PostgreSQL claim cost flat") for t in missed):
             largest = max(self.sizes.backlog["postgresql"])
             out += [f"### PostgreSQL's plan of one claim with {largest:,} items queued (EXPLAIN ANALYZE, rolled back)",
