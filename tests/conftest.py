@@ -128,13 +128,19 @@ def unique() -> str:
     return f"t-{secrets.token_hex(6)}"
 
 
-# Under pytest-xdist (`-n 2 --dist loadgroup`), the multi-process races and
-# the simulate runs share one worker: they already use every core, and two
-# of them at once would only make each other slow.
-_PROCESS_HEAVY = ("tests/e2e/test_cli_simulate.py",)
+# Under pytest-xdist (`-n 2 --dist loadgroup`), the runs of eight processes
+# and the simulate runs share one worker: two of them at once would only slow
+# each other down. Smaller races spread over both workers.
+_PROCESS_HEAVY = (
+    "tests/concurrency/test_webhooks_replicas.py",
+    "tests/concurrency/test_jobs_replicas.py",
+    "tests/concurrency/test_store_races.py",
+    "tests/concurrency/test_redis_seed_regression.py",
+    "tests/e2e/test_cli_simulate.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("concurrency") or item.nodeid.startswith(_PROCESS_HEAVY):
+        if item.nodeid.startswith(_PROCESS_HEAVY):
             item.add_marker(pytest.mark.xdist_group("processes"))
