@@ -1,4 +1,4 @@
-"""The `onceonly` command line: simulate, invoke, status, prune, redrive, rotate-secret, migrate, selftest.
+"""The `onceonly` command: simulate, invoke, status, prune, redrive, rotate-secret, subscriptions, migrate, selftest.
 
 Every user-facing failure is one line on stderr and a non-zero exit code;
 tracebacks are for bugs only."""
@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     rotate.add_argument("--overlap", type=_non_negative_float, default=None, metavar="SECONDS",
                         help="how long the old secret still signs (default 86400: a day)")
 
+    from .subscriptions_command import add_subscriptions_parser
+
+    add_subscriptions_parser(commands, _store_options, _non_negative_float)
+
     migrate = commands.add_parser("migrate", help="apply the domain migrations and the store's setup (idempotent)")
     migrate.add_argument("--database", metavar="URL",
                          help="domain PostgreSQL URL (default: $DATABASE_URL; required if that is unset)")
@@ -177,6 +181,10 @@ def _run(args: argparse.Namespace) -> int:
         from .rotate_command import rotate_secret_command
 
         return rotate_secret_command(args)
+    if args.command == "subscriptions":
+        from .subscriptions_command import subscriptions_command
+
+        return subscriptions_command(args)
     if args.command == "selftest":
         from .selftest_command import selftest_command
 

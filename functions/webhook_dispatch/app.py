@@ -32,6 +32,8 @@ OUTCOME_METRICS = {
     "succeeded": "deliveries_succeeded",
     "retrying": "deliveries_failed",
     "dead": "deliveries_dead",
+    "held": "deliveries_held",  # the subscription is disabled: kept until it is enabled
+    "dropped": "deliveries_dropped",  # the subscription was deleted
 }
 
 

@@ -155,7 +155,7 @@ def test_payment_watcher_killed_before_sending_loses_no_webhook(
                                           **payments_env(fake_payments, sqs_queue))
     finally:
         with data.connect(jobs_db) as conn:
-            data.disable_subscription(conn, webhook)
+            data.delete_subscription(conn, webhook)
 
     assert outcome["result"]["payments_applied"] == 0  # the killed run applied them
     with data.connect(jobs_db) as conn:

@@ -105,7 +105,7 @@ def test_paused_poller_cannot_commit_its_cursor(
         current = resume(replicas, newer, "newer")["outcome"]
     finally:
         with data.connect(jobs_db) as conn:
-            data.disable_subscription(conn, webhook)
+            data.delete_subscription(conn, webhook)
 
     assert current["status"] == "ran" and current["result"]["payments_applied"] == 2
     with data.connect(jobs_db) as conn:

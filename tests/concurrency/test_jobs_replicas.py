@@ -112,7 +112,7 @@ def test_payment_watcher_applies_once(job_scope: JobScope, replicas: Replicas, j
         payments = data.rows(conn, "SELECT transaction_hash, invoice_id FROM payments WHERE poller = %s",
                              job_scope.job)
         effects = data.invoice_effects(conn, job_scope.tenant)
-        data.disable_subscription(conn, webhook)
+        data.delete_subscription(conn, webhook)
     assert len(payments) == 3 and sum(p["invoice_id"] is not None for p in payments) == 2
     assert effects["statuses"] == {"paid": 2}
     assert [h["to_status"] for h in effects["history"]] == ["paid", "paid"]

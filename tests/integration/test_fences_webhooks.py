@@ -23,6 +23,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
+from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.config import WebhookConfig
 from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
 from onceonly_app.webhooks.messages import DeliveryRequest
@@ -134,7 +135,7 @@ class Holders:
         for close in self._closers:
             close()
         with psycopg.connect(self.db, autocommit=True) as conn:  # later tests' fan-outs skip it
-            conn.execute("UPDATE webhook_subscriptions SET enabled = false WHERE id = %s", (self.webhook_id,))
+            subscriptions.delete(conn, self.webhook_id)
 
 
 @pytest.fixture

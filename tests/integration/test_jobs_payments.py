@@ -30,15 +30,15 @@ EURC_ISSUER = random_account()
 
 @pytest.fixture
 def webhooks(jobs_db: str, unique: str) -> Iterator[tuple[str, str]]:
-    """One enabled and one disabled subscription of the test's tenant; the enabled
-    one is disabled afterwards."""
+    """One live and one deleted subscription of the test's tenant; the live one is
+    deleted afterwards."""
     tenant = f"tenant-{unique}"
     with data.connect(jobs_db) as conn:
-        enabled, disabled = data.add_subscription(conn, tenant), data.add_subscription(conn, tenant)
-        data.disable_subscription(conn, disabled)
-    yield enabled, disabled
+        enabled, deleted = data.add_subscription(conn, tenant), data.add_subscription(conn, tenant)
+        data.delete_subscription(conn, deleted)
+    yield enabled, deleted
     with data.connect(jobs_db) as conn:
-        data.disable_subscription(conn, enabled)
+        data.delete_subscription(conn, enabled)
 
 
 class Watcher:
@@ -121,9 +121,9 @@ def test_pages_through_the_cursor_and_applies_each_payment_once(
     assert sorted((h["from_status"], h["to_status"]) for h in effects["history"]) == [
         ("open", "paid")] * 4 + [("overdue", "paid")]
     messages = drain_queue(moto_endpoint, sqs_queue)
-    enabled, disabled = webhooks
+    enabled, deleted = webhooks
     mine = [m for m in messages if m["webhook_id"] == enabled]
-    assert not [m for m in messages if m["webhook_id"] == disabled]
+    assert not [m for m in messages if m["webhook_id"] == deleted]
     assert sorted(m["event_id"] for m in mine) == sorted(invoice_paid_event_id(i) for i in [*invoices, overdue])
     assert set(mine[0]) == {"webhook_id", "tenant_id", "event_id", "event_type", "payload", "occurred_at",
                             "sequence"}

@@ -21,6 +21,7 @@ from onceonly_app.appdb.migrate import MIGRATIONS_DIR, migrate
 from onceonly_app.billing import payment_watcher, webhook_events
 from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.payments_api import PaymentsClient
+from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.fake_payments import FakePayments
@@ -83,7 +84,9 @@ def test_each_tenant_receives_only_its_own_events_of_every_type(
         webhook_id = create_subscription(jobs_db, receiver.endpoint(tenant, secret), secret, tenant_id=tenant)
         endpoint_of[webhook_id] = tenant
     muted = create_subscription(jobs_db, receiver.endpoint("muted", new_secret()), new_secret(),
-                                tenant_id=tenants[0], enabled=False)
+                                tenant_id=tenants[0])
+    with psycopg.connect(jobs_db, autocommit=True) as conn:
+        subscriptions.delete(conn, muted)
 
     sqs = aws_client("sqs", moto_endpoint)
     producers = Producers(pool, pg_store, sqs, sqs_queue)
@@ -95,7 +98,7 @@ def test_each_tenant_receives_only_its_own_events_of_every_type(
     messages = drain_queue(moto_endpoint, sqs_queue)
 
     # Every message names its subscription's tenant, and no subscription got another's.
-    assert {m["webhook_id"] for m in messages} == set(endpoint_of)  # not the disabled one either
+    assert {m["webhook_id"] for m in messages} == set(endpoint_of)  # not the deleted one either
     assert all(m["tenant_id"] == endpoint_of[m["webhook_id"]] == m["payload"]["tenant_id"] for m in messages)
     with lambda_env(webhook_env(jobs_db, postgres_url)) as (dispatch, _):
         assert dispatch(sqs_event([json.dumps(m) for m in messages]), context("dispatch")) == \

@@ -66,8 +66,11 @@ def add_subscription(conn: psycopg.Connection[Any], tenant: str) -> str:
     return webhook_id
 
 
-def disable_subscription(conn: psycopg.Connection[Any], webhook_id: str) -> None:
-    conn.execute("UPDATE webhook_subscriptions SET enabled = false WHERE id = %s", (webhook_id,))
+def delete_subscription(conn: psycopg.Connection[Any], webhook_id: str) -> None:
+    """Soft-delete it (the supported way): later fan-outs of its tenant skip it."""
+    from onceonly_app.webhooks.subscriptions import delete
+
+    delete(conn, webhook_id)
 
 
 def rows(conn: psycopg.Connection[Any], query: str, *params: Any) -> list[dict[str, Any]]:

@@ -1,21 +1,59 @@
-"""Exponential ceilings with full jitter, the end of the schedule, Retry-After."""
+"""Each scheduled delay with bounded jitter, the window the schedule spans, the
+end of the schedule, Retry-After."""
 
 from __future__ import annotations
 
 import random
+import statistics
 
 import pytest
 
-from onceonly_app.webhooks.backoff import RetryPolicy, parse_retry_after
+from onceonly_app.webhooks.backoff import JITTER, RetryPolicy, parse_retry_after
+from onceonly_app.webhooks.config import DEFAULT_SCHEDULE
+
+HOUR = 3600.0
+SAMPLES = 10_000  # sampled schedules, from a fixed seed: the same draws on every run
 
 
-def test_full_jitter_stays_under_each_ceiling_and_spreads() -> None:
+def _spans(seed: int) -> list[float]:
+    """Seconds from the first attempt to the last, for SAMPLES deliveries that fail every attempt."""
+    policy = RetryPolicy(DEFAULT_SCHEDULE, max_retry_after=36000, rng=random.Random(seed))
+    spans = []
+    for _ in range(SAMPLES):
+        delays = [policy.next_delay(made) for made in range(1, policy.max_attempts)]
+        assert policy.next_delay(policy.max_attempts) is None
+        spans.append(sum(d for d in delays if d is not None))
+    return spans
+
+
+def test_each_delay_is_jittered_within_its_bounds_and_spreads() -> None:
     policy = RetryPolicy([5, 300, 1800], max_retry_after=3600, rng=random.Random(7))
-    for attempts_made, ceiling in [(1, 5), (2, 300), (3, 1800)]:
-        delays = [policy.next_delay(attempts_made) for _ in range(200)]
-        assert all(d is not None and 0 <= d <= ceiling for d in delays)
-        # full jitter: the draws cover the range, not one point
-        assert min(delays) < ceiling * 0.2 and max(delays) > ceiling * 0.8  # type: ignore[operator]
+    for attempts_made, nominal in [(1, 5), (2, 300), (3, 1800)]:
+        delays = [policy.next_delay(attempts_made) for _ in range(2000)]
+        assert all(d is not None and nominal * (1 - JITTER) <= d <= nominal * (1 + JITTER) for d in delays)
+        # the draws cover the band, not one point: retries that failed together come back spread out
+        assert min(delays) < nominal * (1 - JITTER / 2) and max(delays) > nominal * (1 + JITTER / 2)  # type: ignore[operator]
+    assert policy.longest_delay == pytest.approx(1800 * (1 + JITTER))
+
+
+def test_the_default_schedule_spans_the_day_and_a_half_the_docs_promise() -> None:
+    """docs/webhooks.md: 8 attempts over about a day and a half (27.6 h nominal). Full
+    jitter gave a median of 13.8 h (10th percentile 8.0 h)."""
+    nominal = sum(DEFAULT_SCHEDULE)
+    assert nominal / HOUR == pytest.approx(27.6, abs=0.05)
+    spans = _spans(seed=18)
+    assert statistics.median(spans) == pytest.approx(nominal, rel=0.01)
+    deciles = statistics.quantiles(spans, n=10)
+    assert deciles[0] > 0.95 * nominal and deciles[-1] < 1.05 * nominal
+    assert nominal * (1 - JITTER) <= min(spans) and max(spans) <= nominal * (1 + JITTER)
+
+
+def test_an_endpoint_down_for_24_hours_does_not_dead_letter() -> None:
+    """Every sampled schedule still has an attempt after 24 h of failures (full
+    jitter dead-lettered 99.5 % of them), and after 12 h, of course."""
+    spans = _spans(seed=24)
+    assert min(spans) > 24 * HOUR
+    assert sum(span <= 12 * HOUR for span in spans) == 0
 
 
 def test_no_delay_after_the_last_attempt() -> None:

@@ -1,6 +1,7 @@
 """Webhook events for the dispatcher: written to an outbox in the transaction of
-the change (so a crash cannot lose them), one row per enabled subscription of
-the event's tenant, then sent to its SQS queue, one message per subscription:
+the change (so a crash cannot lose them), one row per subscription of the
+event's tenant that is not deleted (a disabled one's delivery is held), then
+sent to its SQS queue, one message per subscription:
 ``{"webhook_id", "tenant_id", "event_id", "event_type", "payload", "occurred_at",
 "sequence"}`` (webhooks/messages.py).
 
@@ -44,7 +45,7 @@ def invoice_paid_event_id(invoice_id: str) -> str:
 
 def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenant_id: str,
             payload: dict[str, Any]) -> None:
-    """Queue the event for every enabled subscription of ``tenant_id``, inside the
+    """Queue the event for every subscription of ``tenant_id`` not deleted, inside the
     caller's transaction (the change's: its time is the event's ``occurred_at``).
     Raises ConfigError for an event type not in EVENT_TYPES, and PayloadError
     (nothing queued) for a payload over limits.MAX_PAYLOAD_BYTES."""

@@ -1,12 +1,14 @@
 -- The webhook outbox (table webhook_outbox): invoice events fanned out to the
--- enabled subscriptions of the event's tenant in the transaction of the change,
+-- subscriptions of the event's tenant that are not deleted in the transaction of the change,
 -- sent to the dispatcher's SQS queue afterwards. webhook_subscriptions belongs
 -- to the webhook schema (0001_webhooks.sql, tenants: 0004_webhook_tenants.sql).
 
 -- name: fan_out --
--- In: event_id, event_type, tenant_id, payload (json). One row per enabled
--- subscription OF THE EVENT'S TENANT (a subscription without a tenant gets
--- nothing); a repeated event (same event_id) adds nothing. The event takes one
+-- In: event_id, event_type, tenant_id, payload (json). One row per subscription
+-- OF THE EVENT'S TENANT that is not deleted, disabled ones too: their deliveries
+-- are held until the subscription is enabled, so no event is lost meanwhile (a
+-- subscription without a tenant gets nothing); a repeated event (same
+-- event_id) adds nothing. The event takes one
 -- number of webhook_event_sequence here, in the transaction of the change: two
 -- changes of one invoice hold its row lock in turn, so the later one takes the
 -- larger number (the CTE is evaluated once: one number per event).
@@ -14,7 +16,7 @@ WITH seq AS (SELECT nextval('webhook_event_sequence') AS n)
 INSERT INTO webhook_outbox (event_id, webhook_id, event_type, tenant_id, payload, event_sequence)
 SELECT %(event_id)s, s.id, %(event_type)s, %(tenant_id)s, %(payload)s::jsonb, seq.n
   FROM webhook_subscriptions s CROSS JOIN seq
- WHERE s.enabled AND s.tenant_id = %(tenant_id)s
+ WHERE s.deleted_at IS NULL AND s.tenant_id = %(tenant_id)s
 ON CONFLICT (webhook_id, event_id) DO NOTHING;
 
 -- name: lock_unsent --

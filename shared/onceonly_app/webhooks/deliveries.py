@@ -42,6 +42,7 @@ class Subscription:
     secret: str  # the current signing secret
     enabled: bool
     previous_secrets: tuple[str, ...] = ()  # rotated out, still inside their overlap (newest first)
+    deleted: bool = False  # soft-deleted (deleted_at): its deliveries end dropped
 
     @property
     def signing_secrets(self) -> tuple[str, ...]:
@@ -80,8 +81,8 @@ class AttemptInput:
 class Outcome:
     """What one attempt's result does to the delivery."""
 
-    outcome: str  # succeeded | failed | gone | refused | disabled (webhook_attempts.outcome)
-    status: str  # the delivery's new status: succeeded | retrying | dead
+    outcome: str  # succeeded | failed | gone | refused | disabled | dropped (webhook_attempts.outcome)
+    status: str  # the delivery's new status: succeeded | retrying | dead | held | dropped
     response_code: int | None
     error: str | None
     next_attempt_at: float | None  # epoch seconds, with status retrying
@@ -91,6 +92,8 @@ class Outcome:
 class Recorded:
     recorded: bool  # False: the fence refused it
     attempt: int | None
+    status: str  # the status written (what the outcome asked for, or what record_held decided)
+    next_attempt_at: float | None  # epoch seconds, with status retrying
 
 
 class DeliveryRepository:
@@ -136,7 +139,8 @@ class DeliveryRepository:
             return None
         row = rows[0]
         subscription = Subscription(row.pop("webhook_id"), row.pop("subscription_tenant_id"), row.pop("url"),
-                                    row.pop("secret"), row.pop("enabled"), tuple(row.pop("previous_secrets")))
+                                    row.pop("secret"), row.pop("enabled"), tuple(row.pop("previous_secrets")),
+                                    row.pop("deleted"))
         return AttemptInput(subscription=subscription, **row)
 
     def stamp_fence(self, delivery_id: str, generation: int, token: int) -> str | None:
@@ -155,7 +159,24 @@ class DeliveryRepository:
             "status": outcome.status, "response_code": outcome.response_code, "error": outcome.error,
             "next_attempt_at": outcome.next_attempt_at, "started_at": started_at,
         })
-        return Recorded(bool(rows[0]["recorded"]), rows[0]["attempt"])
+        return Recorded(bool(rows[0]["recorded"]), rows[0]["attempt"], outcome.status, outcome.next_attempt_at)
+
+    def record_held(self, delivery_id: str, generation: int, token: int, webhook_id: str, outcome: Outcome,
+                    started_at: float, gone_url: str | None = None, reason: str | None = None) -> Recorded:
+        """Record an outcome that holds the delivery because its subscription is
+        disabled; with ``gone_url`` (a 410 from that URL) also disable the
+        subscription, if it still has that URL. The status written is decided
+        under the subscription's lock: held, dropped (deleted) or retrying now
+        (enabled meanwhile, or the 410 came from a URL it no longer has)."""
+        rows = self._rows("record_held", {
+            "id": delivery_id, "generation": generation, "token": token, "webhook_id": webhook_id,
+            "outcome": outcome.outcome, "response_code": outcome.response_code, "error": outcome.error,
+            "started_at": started_at, "gone_url": gone_url, "reason": reason,
+        })
+        row = rows[0]
+        if not row["recorded"]:
+            return Recorded(False, None, outcome.status, None)
+        return Recorded(True, row["attempt"], str(row["status"]), row["next_attempt_at"])
 
     def rotate_secret(self, webhook_id: str, secret: str, overlap: float, keep: int) -> bool:
         """Make ``secret`` the subscription's current signing secret; the one it
@@ -163,9 +184,6 @@ class DeliveryRepository:
         previous secrets). False for an unknown subscription."""
         return bool(self._rows("rotate_secret", {"webhook_id": webhook_id, "secret": secret,
                                                  "overlap": overlap, "keep": keep}))
-
-    def disable_subscription(self, webhook_id: str, reason: str) -> bool:
-        return bool(self._rows("disable_subscription", {"webhook_id": webhook_id, "reason": reason}))
 
     def redrive_dead(self, ids: list[str] | None, webhook_id: str | None,
                      limit: int) -> list[tuple[str, int]]:

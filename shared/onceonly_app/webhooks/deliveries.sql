@@ -3,7 +3,8 @@
 -- an attempt's outcome is ONE statement fenced by (generation, fence_token).
 
 -- name: subscription --
-SELECT id, tenant_id, url, secret, enabled FROM webhook_subscriptions WHERE id = %(webhook_id)s;
+SELECT id, tenant_id, url, secret, enabled, deleted_at IS NOT NULL AS deleted
+  FROM webhook_subscriptions WHERE id = %(webhook_id)s;
 
 -- name: create_delivery --
 -- In: id, webhook_id, tenant_id, event_id, event_type, payload, occurred_at,
@@ -44,6 +45,7 @@ UPDATE webhook_deliveries d
 RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence,
           extract(epoch FROM coalesce(d.occurred_at, d.created_at))::float8 AS occurred_at,
           s.id AS webhook_id, s.tenant_id AS subscription_tenant_id, s.url, s.secret, s.enabled,
+          s.deleted_at IS NOT NULL AS deleted,
           ARRAY(SELECT p ->> 'secret' FROM jsonb_array_elements(s.previous_secrets) p
                  WHERE (p ->> 'until')::float8 > extract(epoch FROM now())
                  ORDER BY (p ->> 'until')::float8 DESC) AS previous_secrets;
@@ -119,11 +121,64 @@ UPDATE webhook_subscriptions
  WHERE id = %(webhook_id)s
 RETURNING id;
 
--- name: disable_subscription --
-UPDATE webhook_subscriptions
-   SET enabled = false, disabled_reason = %(reason)s, updated_at = now()
- WHERE id = %(webhook_id)s AND enabled
-RETURNING id;
+-- name: record_held --
+-- In: id, generation, token, webhook_id, outcome ('disabled', or 'gone' for a
+-- 410), response_code, error, started_at (epoch), gone_url (the URL that
+-- answered 410, NULL for 'disabled'), reason (the subscription's
+-- disabled_reason on a 410). Out: recorded, attempt and the delivery's new
+-- status: 'held' while the subscription is disabled, 'dropped' once it is
+-- deleted, 'retrying' (due now) when it is enabled after all.
+-- One statement, fenced like record_outcome. It locks the subscription, then
+-- the delivery: the order enable and delete (subscriptions.sql) lock them in,
+-- so none of them deadlocks another.
+-- - A 410 disables the subscription only if it still has the URL that answered:
+--   a 410 from a request to the old URL, answered after the URL changed, must
+--   not disable the new one; the delivery is then retried (at the new URL).
+-- - The lock makes an enable wait for this hold, or this hold see the enable:
+--   held is only written while the subscription is disabled, so enabling it
+--   (subscriptions.sql, release_held, a statement after its own lock) always
+--   finds the delivery, and nothing stays held under an enabled subscription.
+WITH mine AS (
+    SELECT id FROM webhook_deliveries
+     WHERE id = %(id)s AND generation = %(generation)s AND fence_token = %(token)s
+       AND status IN ('pending', 'attempting')
+), sub AS (
+    SELECT s.id, s.url, s.enabled, s.deleted_at FROM webhook_subscriptions s
+     WHERE s.id = %(webhook_id)s AND EXISTS (SELECT 1 FROM mine)
+       FOR NO KEY UPDATE  -- not FOR UPDATE: new deliveries' foreign keys need not wait
+), gone AS (
+    UPDATE webhook_subscriptions s
+       SET enabled = false, disabled_reason = %(reason)s, updated_at = now()
+      FROM sub
+     WHERE s.id = sub.id AND sub.enabled AND sub.url = %(gone_url)s::text
+    RETURNING s.id
+), decided AS (
+    SELECT CASE WHEN sub.deleted_at IS NOT NULL THEN 'dropped'
+                WHEN NOT sub.enabled OR EXISTS (SELECT 1 FROM gone) THEN 'held'
+                ELSE 'retrying' END AS status
+      FROM sub
+), upd AS (
+    UPDATE webhook_deliveries d
+       SET status = decided.status,
+           response_code = %(response_code)s,
+           last_error = CASE decided.status
+                            WHEN 'held' THEN %(error)s
+                            WHEN 'dropped' THEN 'subscription deleted'
+                            ELSE 'not held: the subscription is enabled (again, or the 410 came from a URL '
+                                 'it no longer has); retried now' END,
+           next_attempt_at = CASE WHEN decided.status = 'retrying' THEN now() END,
+           updated_at = now()
+      FROM decided
+     WHERE d.id = %(id)s AND d.generation = %(generation)s AND d.fence_token = %(token)s
+       AND d.status IN ('pending', 'attempting')
+    RETURNING d.attempts, d.status, extract(epoch FROM d.next_attempt_at)::float8 AS next_attempt_at
+)
+INSERT INTO webhook_attempts (delivery_id, generation, fence_token, attempt, outcome, response_code,
+                              error, recorded, started_at)
+SELECT %(id)s, %(generation)s, %(token)s, (SELECT attempts FROM upd), %(outcome)s, %(response_code)s,
+       %(error)s, EXISTS (SELECT 1 FROM upd), to_timestamp(%(started_at)s::float8)
+RETURNING recorded, attempt, (SELECT status FROM upd) AS status,
+          (SELECT next_attempt_at FROM upd) AS next_attempt_at;
 
 -- name: redrive_dead --
 -- In: ids (text[] or NULL), webhook_id (or NULL), limit. Out: the re-driven rows.

@@ -35,8 +35,12 @@ from .sender import SendResult, WebhookSender
 from .signing import signed_headers
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
 
-FINISHED = frozenset({"succeeded", "dead"})
+# Statuses a queue item has nothing left to do for: finished, or held (enabling
+# the subscription queues the delivery again, subscriptions.enable).
+OFF_QUEUE = frozenset({"succeeded", "dead", "held", "expired", "dropped"})
 DISPATCH_TOKEN = 0  # queue items start at token 0; a claim's token is always >= 1
+GONE_REASON = "410 Gone from the endpoint"  # the subscription's disabled_reason
+HELD_ERROR = "subscription disabled: held until it is enabled"
 
 
 class UnknownWebhookError(MalformedMessageError):
@@ -53,8 +57,8 @@ class DeadlineNearError(Exception):
 class AttemptReport:
     delivery_id: str
     webhook_id: str
-    outcome: str  # succeeded | failed | gone | refused | disabled
-    status: str  # the status the attempt wanted to set
+    outcome: str  # succeeded | failed | gone | refused | disabled | dropped
+    status: str  # the status written (if recorded; else the one the attempt wanted)
     recorded: bool  # False: refused by the fence (a newer holder owns the delivery)
     attempt: int | None
     response_code: int | None
@@ -75,6 +79,8 @@ class RetryReport:
     succeeded: int = 0
     failed: int = 0
     dead: int = 0
+    held: int = 0  # the subscription is disabled: kept until it is enabled, not attempted
+    dropped: int = 0  # the subscription was deleted
     claims_contended: int = 0  # ack/retry refused: the item was re-granted meanwhile
     leases_reclaimed: int = 0  # the previous holder never recorded its outcome
     fenced_writes_refused: int = 0  # stamp or record refused: a newer holder exists
@@ -92,6 +98,10 @@ class RetryReport:
             self.succeeded += 1
         elif report.status == "dead":
             self.dead += 1
+        elif report.status == "held":
+            self.held += 1
+        elif report.status == "dropped":
+            self.dropped += 1
         else:
             self.failed += 1
 
@@ -214,7 +224,7 @@ class WebhookService:
         previous = self.repo.stamp_fence(claim.item_id, generation, claim.token)
         if previous is None:
             state = self.repo.state(claim.item_id)
-            if state is None or state["generation"] > generation or state["status"] in FINISHED:
+            if state is None or state["generation"] > generation or state["status"] in OFF_QUEUE:
                 report.finished_elsewhere += 1
                 to_ack.append(claim)  # nothing left to do for this queue item
             else:
@@ -244,6 +254,7 @@ class WebhookService:
         schedule allows is recorded dead here, without a request."""
         started = self.clock()
         delivery = self.repo.start_attempt(delivery_id, generation, token, self.policy.max_attempts)
+        gone_url = None
         if delivery is None:
             state = self.repo.state(delivery_id)
             if state is None or not self._out_of_attempts(state, generation, token):
@@ -255,18 +266,23 @@ class WebhookService:
         else:
             webhook_id = delivery.webhook_id
             outcome = self._try(delivery)
-        recorded = self.repo.record(delivery_id, generation, token, outcome, started)
-        if recorded.recorded and outcome.outcome == "gone":
-            self.repo.disable_subscription(webhook_id, "410 Gone from the endpoint")
+            gone_url = delivery.subscription.url if outcome.outcome == "gone" else None
+        if outcome.status == "held":
+            # Decided again under the subscription's lock: a 410 only disables the
+            # URL that answered it, and an enable meanwhile means retry now.
+            recorded = self.repo.record_held(delivery_id, generation, token, webhook_id, outcome, started,
+                                             gone_url, GONE_REASON)
+        else:
+            recorded = self.repo.record(delivery_id, generation, token, outcome, started)
         report = AttemptReport(
-            delivery_id, webhook_id, outcome.outcome, outcome.status, recorded.recorded,
-            recorded.attempt, outcome.response_code, outcome.next_attempt_at)
+            delivery_id, webhook_id, outcome.outcome, recorded.status, recorded.recorded,
+            recorded.attempt, outcome.response_code, recorded.next_attempt_at)
         self.log.log(
             logging.INFO if recorded.recorded else logging.WARNING,
             "attempt recorded" if recorded.recorded else "attempt outcome refused by the fence",
             extra={"delivery_id": delivery_id, "webhook_id": webhook_id, "token": token,
                    "generation": generation, "attempt": recorded.attempt, "outcome": outcome.outcome,
-                   "status": outcome.status, "response_code": outcome.response_code,
+                   "status": recorded.status, "response_code": outcome.response_code,
                    "error": outcome.error},
         )
         return report
@@ -281,6 +297,8 @@ class WebhookService:
     def _try(self, delivery: AttemptInput) -> Outcome:
         """Make the request (or decide not to) and say what it means."""
         subscription = delivery.subscription
+        if subscription.deleted:
+            return Outcome("dropped", "dropped", None, "subscription deleted", None)
         if subscription.tenant_id is None or delivery.tenant_id != subscription.tenant_id:
             # An event goes to its own tenant's subscriptions only; a delivery
             # that would cross (from before tenants, or a subscription moved to
@@ -289,7 +307,8 @@ class WebhookService:
                 "the event belongs to another tenant than the subscription"
             return Outcome("refused", "dead", None, f"refused: {why}", None)
         if not subscription.enabled:
-            return Outcome("disabled", "dead", None, "subscription disabled", None)
+            # Kept, not attempted: enabling the subscription delivers it (no event is lost).
+            return Outcome("disabled", "held", None, HELD_ERROR, None)
         deadline = Deadline(self.config.attempt_budget)  # one for the DNS lookup and the whole request
         try:
             target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
@@ -303,7 +322,7 @@ class WebhookService:
         if result.ok:
             return Outcome("succeeded", "succeeded", result.status_code, None, None)
         if result.status_code == 410:
-            return Outcome("gone", "dead", 410, "410 Gone: subscription disabled", None)
+            return Outcome("gone", "held", 410, "410 Gone: subscription disabled, held until it is enabled", None)
         return self._failure(result, delivery.attempt)
 
     def _failure(self, result: SendResult, attempts_made: int) -> Outcome:

@@ -1,0 +1,65 @@
+-- Managing webhook subscriptions (subscriptions.py): enable, disable, delete.
+-- Each function runs its statements in one transaction of the caller's
+-- connection; the subscription row's lock orders them against the attempts
+-- that hold a delivery (deliveries.sql, record_held).
+
+-- name: lock_subscription --
+-- In: webhook_id. Out: the row's state, locked until the transaction ends, or NO row.
+-- NO KEY UPDATE: it waits for (and holds off) record_held's lock, but not the
+-- key-share lock a new delivery's foreign key takes, so dispatching goes on.
+SELECT id, enabled, deleted_at IS NOT NULL AS deleted FROM webhook_subscriptions
+ WHERE id = %(webhook_id)s
+   FOR NO KEY UPDATE;
+
+-- name: set_enabled --
+-- In: webhook_id, enabled, reason (disabled_reason; NULL when enabling).
+UPDATE webhook_subscriptions
+   SET enabled = %(enabled)s, disabled_reason = %(reason)s, updated_at = now()
+ WHERE id = %(webhook_id)s AND deleted_at IS NULL;
+
+-- name: expire_held --
+-- In: webhook_id, retention (seconds). Out: the held deliveries whose event is
+-- older than the retention, now expired: they are not sent.
+UPDATE webhook_deliveries
+   SET status = 'expired', next_attempt_at = NULL, updated_at = now(),
+       last_error = format('held longer than the retention of %%s s: not sent', %(retention)s::float8)
+ WHERE webhook_id = %(webhook_id)s AND status = 'held'
+   AND coalesce(occurred_at, created_at) < now() - make_interval(secs => %(retention)s::float8)
+RETURNING id;
+
+-- name: release_held --
+-- In: webhook_id. Out: the held deliveries, released: 'retrying' and due now,
+-- with a new generation, token 0 and the whole retry schedule again (as a
+-- redrive does: claims from before are fenced off by the generation). Runs
+-- after lock_subscription in the same transaction, so it sees every hold that
+-- committed before the lock, and a hold waiting for the lock sees the enable.
+UPDATE webhook_deliveries
+   SET status = 'retrying', generation = generation + 1, fence_token = 0, attempts = 0,
+       next_attempt_at = now(), updated_at = now()
+ WHERE webhook_id = %(webhook_id)s AND status = 'held'
+RETURNING id;
+
+-- name: due_retrying --
+-- In: webhook_id. Out: its deliveries waiting for a retry that is due, in event
+-- order, with the generation their queue item must carry: the ones just
+-- released, and any a previous enable released but died before queueing.
+SELECT id, generation FROM webhook_deliveries
+ WHERE webhook_id = %(webhook_id)s AND status = 'retrying' AND next_attempt_at <= now()
+ ORDER BY coalesce(occurred_at, created_at), event_sequence, id;
+
+-- name: drop_deliveries --
+-- In: webhook_id. Out: the deliveries of a deleted subscription that had not
+-- finished: queued, held or in flight, now 'dropped' (a late outcome of a
+-- request in flight is refused by the fence and logged with recorded = false;
+-- a queue item left for one is acked by the worker that claims it).
+UPDATE webhook_deliveries
+   SET status = 'dropped', next_attempt_at = NULL, last_error = 'subscription deleted', updated_at = now()
+ WHERE webhook_id = %(webhook_id)s AND status IN ('pending', 'attempting', 'retrying', 'held')
+RETURNING id;
+
+-- name: mark_deleted --
+-- In: webhook_id. A deleted subscription is disabled too, and keeps its row
+-- (its deliveries and attempts reference it: the history stays).
+UPDATE webhook_subscriptions
+   SET deleted_at = now(), enabled = false, disabled_reason = 'deleted', updated_at = now()
+ WHERE id = %(webhook_id)s AND deleted_at IS NULL;
