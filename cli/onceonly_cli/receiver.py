@@ -47,6 +47,7 @@ class Behaviour:
     fail_first: int = 0  # the first N requests of every webhook-id fail
     retry_after: str | None = None  # sent with 429/503 failures
     seed: int = 0
+    gone_until: threading.Event | None = None  # answer 410 Gone to every request until this is set
 
 
 @dataclass
@@ -161,6 +162,8 @@ class WebhookReceiver:
         if scripted:
             return scripted.pop(0)
         b = endpoint.behaviour
+        if b.gone_until is not None and not b.gone_until.is_set():
+            return Reply(410)
         failing = nth <= b.fail_first or (b.failure_rate > 0 and endpoint.rng.random() < b.failure_rate)
         if failing:
             retry_after = b.retry_after if b.failure_status in (429, 503) else None

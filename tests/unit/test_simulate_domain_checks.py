@@ -22,6 +22,7 @@ from onceonly_cli.simulate.payment_checks import (
 )
 from onceonly_cli.simulate.webhook_checks import (
     TRICKLE_GAP,
+    judge_held,
     judge_retry_after,
     judge_tenants,
     judge_trickle,
@@ -304,3 +305,56 @@ def test_anything_crossing_tenants_breaks_the_invariant(deliveries: list[dict[st
                                                         needle: str) -> None:
     invariant = judge_tenants(deliveries, outbox, requests, TENANT_OF, {"d3"})
     assert not invariant.ok and needle in invariant.detail, invariant.detail
+
+
+# -- a subscription disabled by a 410, enabled again mid-run ----------------------------
+DISABLED_AT, ENABLED_AT = 10.0, 20.0  # the 410 recorded at 10 s; the run enabled it again at 20 s
+HELD = {"msg_g1", "msg_g2"}
+DELIVERED = {"msg_g1": "succeeded", "msg_g2": "succeeded"}
+GONE_REQUESTS = [request("msg_g1", 9.9, status=410, endpoint="gone"),  # the 410 itself
+                 request("msg_g1", 20.5, endpoint="gone"), request("msg_g2", 20.6, endpoint="gone")]
+
+
+def held_attempt(delivery_id: str, outcome: str, started_at: float) -> dict[str, Any]:
+    return {"delivery_id": delivery_id, "outcome": outcome, "started_at": started_at}
+
+
+GONE_ATTEMPTS = [held_attempt("msg_g1", "gone", 9.8), held_attempt("msg_g2", "disabled", 12.0),
+                 held_attempt("msg_g1", "succeeded", 20.4), held_attempt("msg_g2", "succeeded", 20.5)]
+
+
+def test_events_held_while_disabled_and_delivered_after_the_enable_are_fine() -> None:
+    invariant = judge_held(GONE_REQUESTS, GONE_ATTEMPTS, DELIVERED, HELD, DISABLED_AT, ENABLED_AT)
+    assert invariant.ok and "2 events held" in invariant.detail, invariant.detail
+
+
+def test_an_attempt_started_before_the_disable_may_still_be_on_the_wire() -> None:
+    """It read the subscription enabled; its 410 (or any answer) after the disable is fine."""
+    attempts = [*GONE_ATTEMPTS, held_attempt("msg_g2", "gone", 9.95)]
+    assert judge_held(GONE_REQUESTS, attempts, DELIVERED, HELD, DISABLED_AT, ENABLED_AT).ok
+
+
+@pytest.mark.parametrize(("requests", "attempts", "statuses", "needle"), [
+    # an attempt that started while disabled made a request
+    (GONE_REQUESTS, [*GONE_ATTEMPTS, held_attempt("msg_g2", "failed", 15.0)], DELIVERED,
+     "msg_g2: attempted while disabled"),
+    # accepted before the enable
+    ([*GONE_REQUESTS, request("msg_g2", 15.0, endpoint="gone")], GONE_ATTEMPTS, DELIVERED,
+     "msg_g2: accepted before the subscription was enabled"),
+    # a held event never delivered: lost
+    (GONE_REQUESTS[:2], GONE_ATTEMPTS[:3], {**DELIVERED, "msg_g2": "held"}, "msg_g2: not delivered after the enable"),
+    # dead-lettered (the old behaviour: an attempt on a disabled subscription killed the delivery)
+    (GONE_REQUESTS[:2], GONE_ATTEMPTS[:3], {**DELIVERED, "msg_g2": "dead"}, "msg_g2: not delivered"),
+])
+def test_an_event_sent_while_disabled_or_lost_breaks_the_invariant(
+        requests: list[ReceivedRequest], attempts: list[dict[str, Any]], statuses: dict[str, str],
+        needle: str) -> None:
+    invariant = judge_held(requests, attempts, statuses, HELD, DISABLED_AT, ENABLED_AT)
+    assert not invariant.ok and needle in invariant.detail, invariant.detail
+
+
+@pytest.mark.parametrize(("disabled_at", "enabled_at"), [(None, None), (DISABLED_AT, None)])
+def test_a_subscription_never_disabled_and_enabled_again_is_a_scenario_not_exercised(
+        disabled_at: float | None, enabled_at: float | None) -> None:
+    invariant = judge_held(GONE_REQUESTS, GONE_ATTEMPTS, DELIVERED, HELD, disabled_at, enabled_at)
+    assert not invariant.ok and "never disabled and enabled again" in invariant.detail

@@ -249,6 +249,7 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         driver.enqueue(relayed)
         unfinished, total, attempts = load.unfinished(conn)
         load.sample_retry_schedules(conn)
+        load.enable_when_held(conn, retry_queue)
         # Read on every poll, not only at the end: a store that died mid-run
         # stops the run here at once (one line, exit 1; see main.py).
         retry_depth = retry_queue.depth().total

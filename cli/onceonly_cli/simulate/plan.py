@@ -42,7 +42,10 @@ class Plan:
 
 def domain_invariants(conn: psycopg.Connection[Any], receiver: Any, plan: Plan, kills: int) -> list[Invariant]:
     """The seeded scenarios, judged from the database and the receiver."""
-    judged = webhook_invariants(conn, receiver.history(), plan.webhooks, RETRY_AFTER_CAP, max(RETRY_SCHEDULE), kills)
+    from onceonly_app.webhooks.backoff import RetryPolicy
+
+    longest = RetryPolicy(RETRY_SCHEDULE, RETRY_AFTER_CAP).longest_delay  # the schedule's, with its jitter
+    judged = webhook_invariants(conn, receiver.history(), plan.webhooks, RETRY_AFTER_CAP, longest, kills)
     if plan.payments:
         judged += payment_invariants(conn, plan.payments.payments, plan.payments.baits, plan.payments.accepted)
     billing = plan.billing
@@ -59,6 +62,7 @@ def scenarios(plan: Plan) -> dict[str, Any]:
         "hostile_retry_after": sorted(plan.webhooks.retry_after_of.values()),
         "trickled_deliveries": len(plan.webhooks.trickled),
         "misaddressed_events": len(plan.webhooks.misaddressed),
+        "events_held_for_a_disabled_subscription": len(plan.webhooks.held),
         "payments_not_credited": dict(sorted(unmatched.items())),
         "multi_operation_transactions": len({p.transaction_hash for p in plan.payments.payments if p.operations > 1})
         if plan.payments else 0,

@@ -292,6 +292,8 @@ def scenario_rows(scenarios: dict[str, Any]) -> list[tuple[str, str]]:
          ", ".join(repr(v) for v in scenarios["hostile_retry_after"])),
         ("deliveries whose first answer trickles", str(scenarios["trickled_deliveries"])),
         ("events addressed to another tenant's subscription", str(scenarios["misaddressed_events"])),
+        ("events to a subscription a 410 disabled, enabled again mid-run",
+         str(scenarios["events_held_for_a_disabled_subscription"])),
         ("payment operations not to credit", ", ".join(f"{n} {why}" for why, n in
                                                      scenarios["payments_not_credited"].items())),
         ("transactions of several payment operations", str(scenarios["multi_operation_transactions"])),

@@ -1,6 +1,7 @@
 """The webhook scenarios the report judges beyond exactly-once: a hostile
 Retry-After is clamped, a trickling answer is cut at the attempt's deadline
-and retried, and no delivery crosses tenants. Judged from what the receiver
+and retried, no delivery crosses tenants, and a subscription disabled by a 410
+loses no event (held, then delivered once it is enabled again). Judged from what the receiver
 saw and what the database holds after the run; the judge_* functions take
 plain data, so the tests can feed them a bad state."""
 
@@ -31,11 +32,15 @@ TRICKLE_GAP = 0.2  # seconds per byte of a trickled answer
 TRICKLE_MIN_BYTES = 100  # a status line and headers at least: the whole answer takes >= 20 s
 TOLERANCE = 0.05  # seconds: both times come from this host's clock, rounded by nobody
 DEADLINE_ERROR = "the attempt's deadline passed"
+REQUESTED = frozenset({"succeeded", "failed", "gone"})  # attempt outcomes that made a request
 
 ATTEMPTS = """
 SELECT delivery_id, attempt, outcome, error, recorded,
        extract(epoch FROM finished_at - started_at)::float8 AS seconds
   FROM webhook_attempts WHERE delivery_id = ANY(%s) ORDER BY delivery_id, id"""
+HELD_ATTEMPTS = """
+SELECT delivery_id, outcome, extract(epoch FROM started_at)::float8 AS started_at
+  FROM webhook_attempts WHERE delivery_id = ANY(%s) ORDER BY id"""
 DELIVERIES = """
 SELECT d.id, d.webhook_id, d.tenant_id, s.tenant_id AS subscription_tenant, d.status
   FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.webhook_id"""
@@ -126,6 +131,32 @@ def judge_trickle(requests: list[ReceivedRequest], attempts: dict[str, list[dict
                      "; ".join(bad[:5]) or detail)
 
 
+def judge_held(requests: list[ReceivedRequest], attempts: list[dict[str, Any]], statuses: dict[str, str],
+               held: set[str], disabled_at: float | None, enabled_at: float | None) -> Invariant:
+    """The subscription a 410 disabled: no attempt that started while it was
+    disabled (after ``disabled_at``, before ``enabled_at``) made a request,
+    nothing was accepted before it was enabled again, and every one of its
+    events, the 410's own included, was delivered (accepted, succeeded) after
+    that. ``requests``: those of its endpoint; ``attempts``: the attempts log of
+    its held deliveries (an attempt started before the disable may still be on
+    the wire: only one started after it must not send)."""
+    if disabled_at is None or enabled_at is None:
+        return Invariant("disabled subscription loses no event", False,
+                         f"never disabled and enabled again (disabled at {disabled_at}, enabled at {enabled_at}): "
+                         f"its events were not all held ({len(held)} seeded)")
+    bad = [f"{a['delivery_id']}: attempted while disabled ({a['outcome']}, "
+           f"{a['started_at'] - disabled_at:.2f} s after the 410)" for a in attempts
+           if a["outcome"] in REQUESTED and disabled_at < a["started_at"] < enabled_at]
+    bad += [f"{r.webhook_id}: accepted before the subscription was enabled" for r in requests
+            if r.accepted and r.received_at < enabled_at - TOLERANCE]
+    for delivery_id, seen in _by_delivery(requests, held).items():
+        if statuses.get(delivery_id) != "succeeded" or not any(r.accepted for r in seen):
+            bad.append(f"{delivery_id}: not delivered after the enable ({statuses.get(delivery_id)})")
+    return Invariant("disabled subscription loses no event", bool(held) and not bad, "; ".join(bad[:5]) or (
+        f"{len(held)} events held while disabled ({enabled_at - disabled_at:.1f} s, no request), "
+        f"all delivered after the enable"))
+
+
 def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[str, Any]],
                   requests: list[ReceivedRequest], tenant_of: dict[str, str], misaddressed: set[str]) -> Invariant:
     """No event reached another tenant's endpoint: the outbox fanned out to the
@@ -156,8 +187,8 @@ def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[s
 def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[ReceivedRequest], load: Any, cap: float,
                        longest: float, kills: int) -> list[Invariant]:
     """``load``: the run's WebhookLoad (what was seeded, and the retry delays it
-    sampled); ``cap``: WEBHOOK_MAX_RETRY_AFTER; ``longest``: the retry
-    schedule's longest ceiling."""
+    sampled); ``cap``: WEBHOOK_MAX_RETRY_AFTER; ``longest``: the longest delay
+    the retry schedule draws."""
     requests = requests_of(history, set(load.tenant_of))
     with conn.cursor(row_factory=dict_row) as cur:
         deliveries = [d for d in cur.execute(DELIVERIES) if d["webhook_id"] in load.tenant_of]
@@ -165,7 +196,10 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
         attempts: dict[str, list[dict[str, Any]]] = {}
         for row in cur.execute(ATTEMPTS, (sorted(load.trickled),)):
             attempts.setdefault(row["delivery_id"], []).append(row)
+        held_attempts = cur.execute(HELD_ATTEMPTS, (sorted(load.held),)).fetchall()
     statuses = {d["id"]: d["status"] for d in deliveries}
     return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed),
             judge_retry_after(requests, statuses, load.retry_after_of, cap, load.scheduled, longest),
-            judge_trickle(requests, attempts, statuses, load.trickled, kills)]
+            judge_trickle(requests, attempts, statuses, load.trickled, kills),
+            judge_held([r for r in requests if r.endpoint == load.gone], held_attempts, statuses, load.held,
+                       load.disabled_at, load.enabled_at)]

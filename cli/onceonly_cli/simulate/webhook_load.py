@@ -10,13 +10,17 @@ subscriptions), a few scenario events (webhook_checks.py judges them):
 - a few whose first answer trickles a byte at a time, far past the attempt's
   deadline, then 2xx;
 - a few misaddressed: the message names one tenant and another tenant's
-  subscription, which must never receive it."""
+  subscription, which must never receive it;
+- a few to a subscription whose endpoint answers 410 Gone until the run
+  enables the subscription again, once every one of them is held."""
 
 from __future__ import annotations
 
 import base64
 import json
 import random
+import threading
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +36,7 @@ from .webhook_checks import HOSTILE_RETRY_AFTER, TRICKLE_GAP
 SUBSCRIPTIONS = 2  # ordinary ones per tenant
 TRICKLE_EVENTS = 2
 MISADDRESSED_EVENTS = 2
+GONE_EVENTS = 4  # to the subscription a 410 disables: held until the run enables it again
 DUPLICATE_RATE = 0.15  # share of events that are delivered twice
 DUPLICATE_WINDOW = 40  # a duplicate lands within this many messages of the original
 
@@ -47,6 +52,11 @@ SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*),
 RETRY_SCHEDULED = """
 SELECT id, extract(epoch FROM next_attempt_at - updated_at)::float8 FROM webhook_deliveries
  WHERE id = ANY(%s) AND status = 'retrying'"""
+# The disabled subscription's state, and how many of the given deliveries are held.
+HELD_STATE = """
+SELECT s.enabled, extract(epoch FROM s.updated_at)::float8 AS changed_at,
+       (SELECT count(*) FROM webhook_deliveries d WHERE d.id = ANY(%(ids)s) AND d.status = 'held') AS held
+  FROM webhook_subscriptions s WHERE s.id = %(webhook_id)s"""
 # Outcome writes the fence refused: a holder that outlived its claim.
 FENCED_ATTEMPTS = """
 SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
@@ -73,6 +83,11 @@ class WebhookLoad:
     scheduled: dict[str, float] = field(default_factory=dict)  # hostile delivery id -> the longest delay seen
     trickled: set[str] = field(default_factory=set)  # delivery ids whose first answer trickles
     misaddressed: set[str] = field(default_factory=set)  # delivery ids that must be refused, never sent
+    gone: str = ""  # the subscription whose endpoint answers 410 until it is enabled again
+    revived: threading.Event = field(default_factory=threading.Event)  # set: that endpoint answers 2xx
+    held: set[str] = field(default_factory=set)  # delivery ids of its events: held, then delivered
+    disabled_at: float | None = None  # when the 410 disabled it (the database's time)
+    enabled_at: float | None = None  # when the run enabled it again
     message_delivery: dict[str, str] = field(default_factory=dict)  # SQS message id -> delivery id
     first_sent: dict[str, float] = field(default_factory=dict)
     events_in: int = 0  # distinct generated events (deliveries), duplicates not counted
@@ -94,6 +109,8 @@ class WebhookLoad:
             self.hostile, self.trickling = f"sim-{self.run_id}-hostile", f"sim-{self.run_id}-trickle"
             self._subscribe(conn, receiver, self.hostile, self.tenants[1 % len(self.tenants)], Behaviour())
             self._subscribe(conn, receiver, self.trickling, self.tenants[-1], Behaviour())
+            self.gone = f"sim-{self.run_id}-gone"
+            self._subscribe(conn, receiver, self.gone, self.tenants[0], Behaviour(gone_until=self.revived))
 
     def _subscribe(self, conn: psycopg.Connection[Any], receiver: Any, name: str, tenant: Tenant,
                    behaviour: Any) -> None:
@@ -151,6 +168,11 @@ class WebhookLoad:
             self.trickled.add(delivery_id)
             stream.append(message)
             n += 1
+        for _ in range(GONE_EVENTS):
+            message, delivery_id = self._event(n, self.gone, self.tenant_of[self.gone])
+            self.held.add(delivery_id)
+            stream.append(message)
+            n += 1
         for k in range(MISADDRESSED_EVENTS):
             # Another tenant's event, addressed to this subscription: hand-made, or from before tenants.
             webhook_id = self.ordinary[k % len(self.ordinary)]
@@ -177,11 +199,27 @@ class WebhookLoad:
     @property
     def ordinary_ids(self) -> set[str]:
         """The deliveries of the --events events, the scenario ones left out."""
-        return self.generated - set(self.retry_after_of) - self.trickled - self.misaddressed
+        return self.generated - set(self.retry_after_of) - self.trickled - self.misaddressed - self.held
 
     @property
     def scenario_events(self) -> int:
-        return len(self.retry_after_of) + len(self.trickled) + len(self.misaddressed)
+        return len(self.retry_after_of) + len(self.trickled) + len(self.misaddressed) + len(self.held)
+
+    def enable_when_held(self, conn: psycopg.Connection[Any], queue: Any) -> None:
+        """Once the 410 disabled the subscription and every one of its events is
+        held, enable it (``onceonly subscriptions enable``'s code) mid-run; its
+        endpoint answers 2xx from then on."""
+        from onceonly_app.webhooks.subscriptions import enable
+
+        if self.enabled_at is not None:
+            return
+        row = conn.execute(HELD_STATE, {"ids": list(self.held), "webhook_id": self.gone}).fetchone()
+        if row is None or row[0] or row[2] < len(self.held):
+            return
+        self.disabled_at = float(row[1])
+        self.revived.set()
+        self.enabled_at = time.time()
+        enable(conn, queue, self.gone)
 
     def expect(self, delivery_ids: set[str]) -> None:
         """Deliveries that events from elsewhere in the run (the payment watcher) must produce."""
