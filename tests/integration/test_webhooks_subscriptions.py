@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 import onceonly
+from onceonly_app.appdb.migrate import migrate
 from onceonly_app.billing import webhook_events
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import SQL, delivery_id_for
@@ -24,6 +25,7 @@ from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.lambda_runtime import Handler
 from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
 from tests.e2e.cli_support import one_line_error, run_cli
+from tests.support.webhook_fixtures import migrated_before
 from tests.support.webhooks import (
     attempts,
     context,
@@ -322,3 +324,24 @@ def test_the_subscriptions_command_disables_enables_and_deletes(webhook_db: str,
     assert again.returncode == 1 and "was deleted" in one_line_error(again)
     unknown = run_cli("subscriptions", "delete", new_id("no-such"), "--database", webhook_db)
     assert unknown.returncode == 1 and "unknown subscription" in one_line_error(unknown)
+
+
+def test_the_0007_upgrade_holds_what_the_old_code_dead_lettered_for_a_disabled_subscription(
+        postgres_server_url: str, store: onceonly.Store) -> None:
+    with migrated_before(postgres_server_url, "0007") as url, psycopg.connect(url, autocommit=True) as conn:
+        for webhook_id, enabled in (("wh-off", False), ("wh-on", True)):
+            conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, enabled) "
+                         "VALUES (%s, 't1', 'https://x.test/', 'whsec_x', %s)", (webhook_id, enabled))
+        old_rows = [("wh-off", "evt-1", "subscription disabled"), ("wh-off", "evt-2", "500 Internal Server Error"),
+                    ("wh-on", "evt-3", "subscription disabled")]
+        for webhook_id, event_id, error in old_rows:
+            conn.execute("INSERT INTO webhook_deliveries (id, webhook_id, tenant_id, event_id, event_type, payload, "
+                         "status, last_error) VALUES (%s, %s, 't1', %s, 'invoice.paid', '{}', 'dead', %s)",
+                         (delivery_id_for(webhook_id, event_id), webhook_id, event_id, error))
+        assert "0007_webhook_holds.sql" in migrate(url)
+        statuses = dict(conn.execute("SELECT event_id, status FROM webhook_deliveries").fetchall())
+        # Held: its subscription is still disabled. A real failure stays dead, and so does the one of
+        # a subscription enabled since (re-drivable as before).
+        assert statuses == {"evt-1": "held", "evt-2": "dead", "evt-3": "dead"}
+        released = subscriptions.enable(conn, store.queue(new_id("q")), "wh-off")
+        assert released.released == [delivery_id_for("wh-off", "evt-1")]

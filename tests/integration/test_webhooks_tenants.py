@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.appdb.migrate import MIGRATIONS_DIR, migrate
+from onceonly_app.appdb.migrate import migrate
 from onceonly_app.billing import payment_watcher, webhook_events
 from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.payments_api import PaymentsClient
@@ -29,7 +29,7 @@ from onceonly_cli.receiver import WebhookReceiver
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, drain_queue
 from tests.support.jobs_inprocess import run_tick
-from tests.support.scratch import scratch_database
+from tests.support.webhook_fixtures import migrated_before
 from tests.support.webhooks import (
     attempts,
     context,
@@ -141,14 +141,7 @@ def test_an_event_of_another_tenant_is_refused_without_a_request(
 @pytest.fixture
 def before_0004(postgres_server_url: str) -> Iterator[str]:
     """A fresh database with every migration before 0004 applied."""
-    with scratch_database(postgres_server_url, "onceonly_upgrade") as url:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE schema_migrations (name text PRIMARY KEY, applied_at timestamptz "
-                         "NOT NULL DEFAULT now())")
-            for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-                if path.name < "0004":
-                    conn.execute(path.read_text())
-                    conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (path.name,))
+    with migrated_before(postgres_server_url, "0004") as url:
         yield url
 
 

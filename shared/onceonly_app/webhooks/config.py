@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from onceonly import check_seconds
 from onceonly.errors import ConfigError
 
-# Svix-like ceilings (seconds) for retry 1, 2, …: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+# Svix-like delays (seconds, each ±10 % jitter) for retry 1, 2, …: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
 DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 
 
 @dataclass(frozen=True)
 class WebhookConfig:
-    retry_schedule: tuple[float, ...] = DEFAULT_SCHEDULE  # one ceiling per retry; attempts = 1 + len
+    retry_schedule: tuple[float, ...] = DEFAULT_SCHEDULE  # one delay per retry; attempts = 1 + len
     connect_timeout: float = 3.0  # cap on the TCP connect
     read_timeout: float = 10.0  # cap on any single wait for bytes
     attempt_timeout: float | None = None  # ONE deadline for DNS + connect + TLS + headers + body;
