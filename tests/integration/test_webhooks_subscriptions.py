@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -345,3 +346,37 @@ def test_the_0007_upgrade_holds_what_the_old_code_dead_lettered_for_a_disabled_s
         assert statuses == {"evt-1": "held", "evt-2": "dead", "evt-3": "dead"}
         released = subscriptions.enable(conn, store.queue(new_id("q")), "wh-off")
         assert released.released == [delivery_id_for("wh-off", "evt-1")]
+
+
+class _QueueThatDies:
+    """A due queue whose first put_many dies, as a process killed between
+    enable()'s commit and its queue put would."""
+
+    def __init__(self, queue: onceonly.Queue) -> None:
+        self.queue, self.died = queue, False
+
+    def put_many(self, items: Any) -> int:
+        if not self.died:
+            self.died = True
+            raise onceonly.StoreUnavailableError("killed before the queue put")
+        return self.queue.put_many(items)
+
+
+def test_enabling_again_queues_what_an_enable_that_died_released(
+    env: dict[str, str], webhook_db: str, store: onceonly.Store, queue_name: str, receiver: WebhookReceiver,
+    conn: psycopg.Connection,
+) -> None:
+    webhook_id = subscribe(webhook_db, receiver)
+    subscriptions.disable(conn, webhook_id, "maintenance")
+    event_id = new_id("evt")
+    delivery_id = delivery_id_for(webhook_id, event_id)
+    dying = _QueueThatDies(store.queue(queue_name))
+    with lambda_env(env) as (dispatch, retry):
+        dispatch(sqs_event([message(webhook_id, event_id)]), context("dispatch"))
+        with pytest.raises(onceonly.StoreUnavailableError):
+            subscriptions.enable(conn, cast(onceonly.Queue, dying), webhook_id)
+        assert deliveries(webhook_db, [delivery_id])[delivery_id]["status"] == "retrying"  # released, not queued
+        assert store.queue(queue_name).depth().total == 0
+        again = subscriptions.enable(conn, cast(onceonly.Queue, dying), webhook_id)  # already enabled: re-queues
+        assert again.released == [delivery_id]
+        drive_retries(retry, lambda: receiver.successes()[delivery_id] == 1)
