@@ -24,7 +24,7 @@ def redrive(repo: DeliveryRepository, queue: Queue, *, delivery_ids: list[str] |
             webhook_id: str | None = None, limit: int = 100) -> list[Redriven]:
     """Re-queue up to ``limit`` dead deliveries (all, or only ``delivery_ids`` /
     those of ``webhook_id``). Returns what was re-driven. A subscription that was
-    disabled stays disabled: re-enable it first, or the attempt dead-letters again."""
+    disabled stays disabled: its re-driven deliveries are held until it is enabled."""
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     redriven = [Redriven(i, g) for i, g in repo.redrive_dead(delivery_ids, webhook_id, limit)]
