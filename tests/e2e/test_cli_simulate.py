@@ -26,7 +26,7 @@ import pytest
 import redis
 
 from onceonly_cli.simulate.webhook_checks import HOSTILE_RETRY_AFTER
-from onceonly_cli.simulate.webhook_load import MISADDRESSED_EVENTS, TRICKLE_EVENTS
+from onceonly_cli.simulate.webhook_load import GONE_EVENTS, MISADDRESSED_EVENTS, TRICKLE_EVENTS
 from tests.support.redis_servers import private_redis
 
 from .cli_support import ONCEONLY, REPO_ROOT, run_cli
@@ -35,10 +35,11 @@ ARTIFACTS = REPO_ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 EVENTS = 60
 ALL_EVENTS = 20  # per store: three runs
-# Every run also feeds the scenarios' events: hostile Retry-After, trickled, misaddressed.
-SCENARIO_EVENTS = len(HOSTILE_RETRY_AFTER) + TRICKLE_EVENTS + MISADDRESSED_EVENTS
+# Every run also feeds the scenarios' events: hostile Retry-After, trickled, misaddressed, held.
+SCENARIO_EVENTS = len(HOSTILE_RETRY_AFTER) + TRICKLE_EVENTS + MISADDRESSED_EVENTS + GONE_EVENTS
 DOMAIN_INVARIANTS = {
     "no cross-tenant delivery", "hostile Retry-After clamped", "trickled attempts cut at the deadline and retried",
+    "disabled subscription loses no event",
     "payments credited to the right invoice and asset", "unmatched payments recorded, never credited",
     "multi-operation payments: each operation once", "no overdue before the due day ended",
     "paused periods not billed", "no overdue e-mail for a paid invoice",
