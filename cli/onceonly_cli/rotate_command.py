@@ -1,7 +1,8 @@
 """`onceonly rotate-secret`: give a subscription a new signing secret while the
-old one keeps signing beside it for the overlap (onceonly_app.webhooks.rotation
-does the work; this is the wiring). The new secret is printed on stdout, for the
-receiver's configuration, and nowhere else."""
+old one keeps signing beside it for the overlap (the same change as
+`onceonly subscriptions rotate-secret`, recorded in the audit as the OS user:
+onceonly_app.webhooks.subscriptions does the work; this is the wiring). The new
+secret is printed on stdout, for the receiver's configuration, and nowhere else."""
 
 from __future__ import annotations
 
@@ -15,21 +16,20 @@ from .errors import CliError
 from .ops import missing_tables
 from .servers import DEFAULT_POSTGRES_URL
 from .stores import check_database
+from .subscriptions_command import default_actor
 
 
 def rotate_secret_command(args: argparse.Namespace) -> int:
-    from psycopg_pool import ConnectionPool
-
-    from onceonly_app.webhooks.deliveries import DeliveryRepository
-    from onceonly_app.webhooks.rotation import DEFAULT_OVERLAP, UnknownSubscriptionError, rotate_secret
+    from onceonly_app.webhooks.rotation import DEFAULT_OVERLAP
+    from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError, UnknownSubscriptionError, rotate_secret
 
     overlap = DEFAULT_OVERLAP if args.overlap is None else args.overlap
     database_url = args.database or os.environ.get("DATABASE_URL") or DEFAULT_POSTGRES_URL
     check_database(database_url)
-    with ConnectionPool(database_url, min_size=0, max_size=1, timeout=5, open=True, name="onceonly-cli") as pool:
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
         try:
-            secret = rotate_secret(DeliveryRepository(pool), args.webhook_id, overlap=overlap)
-        except UnknownSubscriptionError as exc:
+            secret = rotate_secret(conn, args.webhook_id, overlap=overlap, actor=default_actor())
+        except (UnknownSubscriptionError, SubscriptionDeletedError) as exc:
             raise CliError(str(exc)) from None
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             raise missing_tables(exc) from None

@@ -1,14 +1,23 @@
-"""`onceonly subscriptions ACTION WEBHOOK_ID`: disable, enable or delete a webhook
-subscription (onceonly_app.webhooks.subscriptions does the work; this is the
-wiring). One function per action in ACTIONS: a new action is a new entry."""
+"""`onceonly subscriptions ACTION …`: add, list, show, update, rotate-secret,
+disable, enable or delete a webhook subscription without SQL
+(onceonly_app.webhooks.subscriptions does the work and records who changed
+what; this is the wiring). One function per action in ACTIONS: a new action is
+a new entry. Each returns a Done: its data (what --json prints) and its text
+(what the terminal shows, with rich)."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from rich.console import Console, RenderableType
+from rich.table import Table
 
 import onceonly
 
@@ -18,60 +27,205 @@ from .ops import Ops, missing_tables, open_ops
 DEFAULT_REASON = "disabled by an operator"
 
 
+@dataclass(frozen=True)
+class Done:
+    data: dict[str, Any]
+    text: RenderableType
+
+
+def default_actor() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a bare container)
+        return "unknown-os-user"
+
+
+def _event_types(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser, str], None],
                              non_negative_float: Callable[[str], float]) -> None:
-    subscriptions = commands.add_parser("subscriptions", help="disable, enable or delete a webhook subscription")
+    subscriptions = commands.add_parser("subscriptions", help="manage webhook subscriptions: add, list, show, "
+                                                              "update, rotate-secret, disable, enable, delete")
     actions = subscriptions.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="subscribe a URL to a tenant's events; prints its whsec_ secret once")
+    add.add_argument("--tenant", required=True, help="the tenant whose events it receives")
+    add.add_argument("--url", required=True, help="the endpoint (https; checked by the SSRF guard now and at "
+                                                  "every attempt)")
+    add.add_argument("--id", dest="new_id", metavar="WEBHOOK_ID", help="its id (default: a fresh wh_…)")
+    listing = actions.add_parser("list", help="the subscriptions (never their secrets)")
+    listing.add_argument("--tenant", help="only this tenant's")
+    listing.add_argument("--include-deleted", action="store_true", help="deleted ones too")
+    update = actions.add_parser("update", help="a new URL or event-type filter (applies to later events)")
+    update.add_argument("--url", help="the new endpoint")
+    update.add_argument("--all-event-types", action="store_true", help="receive every event type again")
+    for parser in (add, update):
+        parser.add_argument("--event-types", type=_event_types, metavar="TYPE[,TYPE…]",
+                            help="only these event types (default for add: all)")
+    rotate = actions.add_parser("rotate-secret", help="a new signing secret, printed once; the old one keeps "
+                                                      "signing beside it for the overlap")
+    rotate.add_argument("--overlap", type=non_negative_float, default=None, metavar="SECONDS",
+                        help="how long the old secret still signs (default 86400: a day)")
     disable = actions.add_parser("disable", help="stop sending; its events are held until it is enabled")
     disable.add_argument("--reason", default=DEFAULT_REASON, help=f"why (default: {DEFAULT_REASON!r})")
     enable = actions.add_parser("enable", help="send again: the held events go out in order")
     enable.add_argument("--retention", type=non_negative_float, default=None, metavar="SECONDS",
                         help="held events older than this are expired, not sent (default 604800: 7 days)")
     actions.add_parser("delete", help="soft-delete: no more events; unfinished deliveries end dropped")
-    for action in actions.choices.values():
-        action.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    actions.add_parser("show", help="one subscription, its deliveries by status and its recorded changes")
+    for name, action in actions.choices.items():
+        if name not in ("add", "list"):
+            action.add_argument("webhook_id", metavar="WEBHOOK_ID")
+        if name not in ("list", "show"):
+            action.add_argument("--actor", default=None,
+                                help="who makes the change, for the audit (default: the OS user)")
+        action.add_argument("--json", action="store_true", help="print the result as JSON, for scripts")
         store_options(action, "postgresql or redis (the local server)")
 
 
-def _disable(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> str:
+def _sender_checks() -> dict[str, Any]:
+    """The SSRF guard's settings the sender uses ($WEBHOOK_ALLOW_HTTP_HOSTS …)."""
+    from onceonly_app.webhooks.config import WebhookConfig
+
+    return {"allow_http_hosts": WebhookConfig.from_env().allow_http_hosts}
+
+
+def _add(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.subscriptions import add
+
+    added = add(conn, args.tenant, args.url, args.event_types, actor=args.actor, subscription_id=args.new_id,
+                **_sender_checks())
+    types = ", ".join(args.event_types) if args.event_types else "every event type"
+    table = Table(title=f"subscription {added.id} added ({types})", title_justify="left", show_header=False)
+    table.add_row("id", added.id)
+    table.add_row("signing secret", added.secret)
+    table.add_row("", "shown only now: configure your receiver with it")
+    return Done({"id": added.id, "tenant_id": args.tenant, "url": args.url, "event_types": args.event_types,
+                 "secret": added.secret}, table)
+
+
+def _list(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.subscriptions import list_all
+
+    rows = list_all(conn, args.tenant, include_deleted=args.include_deleted)
+    table = Table(title=f"webhook subscriptions: {len(rows)}", title_justify="left")
+    for column in ("id", "tenant", "url", "event types", "state"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["id"], row["tenant_id"] or "-", row["url"], _types_cell(row["event_types"]),
+                      _state_cell(row))
+    return Done({"subscriptions": rows}, table)
+
+
+def _show(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.subscriptions import show
+
+    row = show(conn, args.webhook_id)
+    table = Table(title=f"subscription {row['id']}", title_justify="left", show_header=False)
+    for label, value in (("tenant", row["tenant_id"]), ("url", row["url"]),
+                         ("event types", _types_cell(row["event_types"])), ("state", _state_cell(row)),
+                         ("previous secrets still signing", row["previous_secrets_signing"]),
+                         ("deliveries", ", ".join(f"{k}: {v}" for k, v in sorted(row["deliveries"].items()))
+                          or "none"),
+                         ("created", _iso(row["created_at"]))):
+        table.add_row(label, str(value))
+    for change in row["changes"]:
+        table.add_row(f"{_iso(change['at'])} {change['action']}",
+                      f"by {change['actor']} {json.dumps(change['detail'], sort_keys=True)}")
+    return Done(row, table)
+
+
+def _update(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.subscriptions import update
+
+    changed = update(conn, args.webhook_id, url=args.url, event_types=args.event_types,
+                     all_event_types=args.all_event_types, actor=args.actor, **_sender_checks())
+    text = "; ".join(f"{field}: {json.dumps(c['from'])} -> {json.dumps(c['to'])}" for field, c in changed.items())
+    return Done({"id": args.webhook_id, "changed": changed},
+                f"{args.webhook_id}: {text or 'nothing changed'} (applies to events from now on)")
+
+
+def _rotate_secret(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.rotation import DEFAULT_OVERLAP
+    from onceonly_app.webhooks.subscriptions import rotate_secret
+
+    overlap = DEFAULT_OVERLAP if args.overlap is None else args.overlap
+    secret = rotate_secret(conn, args.webhook_id, overlap=overlap, actor=args.actor)
+    return Done({"id": args.webhook_id, "secret": secret, "overlap": overlap},
+                f"{args.webhook_id}: new signing secret (shown only now): {secret}\n"
+                f"the old secret keeps signing beside it for {overlap:g} s")
+
+
+def _disable(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import disable
 
-    changed = disable(conn, args.webhook_id, args.reason)
-    return f"{args.webhook_id}: {'disabled' if changed else 'was disabled already'}; its events are held"
+    changed = disable(conn, args.webhook_id, args.reason, actor=args.actor)
+    return Done({"id": args.webhook_id, "changed": changed, "reason": args.reason},
+                f"{args.webhook_id}: {'disabled' if changed else 'was disabled already'}; its events are held")
 
 
-def _enable(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> str:
+def _enable(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import HOLD_RETENTION, enable
 
     retention = HOLD_RETENTION if args.retention is None else args.retention
-    done = enable(conn, ops.store.queue(ops.queue_name), args.webhook_id, retention=retention)
-    return (f"{args.webhook_id}: enabled; {len(done.released)} held deliveries queued in order, "
-            f"{len(done.expired)} expired (held longer than {retention:g} s)")
+    done = enable(conn, ops.store.queue(ops.queue_name), args.webhook_id, retention=retention, actor=args.actor)
+    return Done({"id": args.webhook_id, "released": done.released, "expired": done.expired},
+                f"{args.webhook_id}: enabled; {len(done.released)} held deliveries queued in order, "
+                f"{len(done.expired)} expired (held longer than {retention:g} s)")
 
 
-def _delete(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> str:
+def _delete(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import delete
 
-    dropped = delete(conn, args.webhook_id)
-    return f"{args.webhook_id}: deleted; {len(dropped)} unfinished deliveries dropped"
+    dropped = delete(conn, args.webhook_id, actor=args.actor)
+    return Done({"id": args.webhook_id, "dropped": dropped},
+                f"{args.webhook_id}: deleted; {len(dropped)} unfinished deliveries dropped")
 
 
-ACTIONS: dict[str, Callable[[Ops, psycopg.Connection[Any], argparse.Namespace], str]] = {
+ACTIONS: dict[str, Callable[[Ops, psycopg.Connection[Any], argparse.Namespace], Done]] = {
+    "add": _add, "list": _list, "show": _show, "update": _update, "rotate-secret": _rotate_secret,
     "disable": _disable, "enable": _enable, "delete": _delete,
 }
+
+
+def _types_cell(event_types: list[str] | None) -> str:
+    return "all" if event_types is None else ", ".join(event_types)
+
+
+def _state_cell(row: dict[str, Any]) -> str:
+    if row["deleted_at"] is not None:
+        return f"deleted {_iso(row['deleted_at'])}"
+    return "enabled" if row["enabled"] else f"disabled: {row['disabled_reason']}"
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return _iso(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def subscriptions_command(args: argparse.Namespace) -> int:
     from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError, UnknownSubscriptionError
 
+    if getattr(args, "actor", "") is None:
+        args.actor = default_actor()
     with open_ops(args.database, args.store) as ops, ops.pool.connection() as conn:
         conn.autocommit = True  # each action commits its own transaction (enable before it queues)
         try:
-            print(ACTIONS[args.action](ops, conn, args))
+            done = ACTIONS[args.action](ops, conn, args)
         except (UnknownSubscriptionError, SubscriptionDeletedError, ValueError) as exc:
             raise CliError(str(exc)) from None
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             raise missing_tables(exc) from None
         except (psycopg.Error, onceonly.OnceOnlyError) as exc:
             raise CliError(f"subscriptions {args.action} failed: {str(exc).splitlines()[0]}") from None
+    if args.json:
+        print(json.dumps(done.data, indent=2, sort_keys=True, default=_json_value))
+    else:
+        Console(soft_wrap=True).print(done.text)
     return 0

@@ -113,7 +113,7 @@ def test_the_rotate_secret_command_prints_the_new_secret_and_keeps_the_old_one(w
             "SELECT secret, previous_secrets FROM webhook_subscriptions WHERE id = %s", (webhook_id,)).fetchone()
     assert (secret, [p["secret"] for p in previous]) == (new, [old])
     unknown = run_cli("rotate-secret", new_id("no-such-webhook"), "--database", webhook_db)
-    assert unknown.returncode == 1 and "unknown webhook_id" in one_line_error(unknown)
+    assert unknown.returncode == 1 and "unknown subscription" in one_line_error(unknown)
 
 
 # -- two rotations at once --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The overdue-invoices job: open invoices whose due day ended (in the tenant's
 time zone) before the tick's scheduled time move to `overdue`, each with one
-status-history row, one activity event and one e-mail in the outbox, all in
-the transition's transaction and fenced by the tick's token."""
+status-history row, one activity event, one e-mail in the outbox and one
+``invoice.overdue`` webhook event (webhook_events.fan_out), all in the
+transition's transaction and fenced by the tick's token."""
 
 from __future__ import annotations
 
@@ -16,12 +17,18 @@ from psycopg_pool import ConnectionPool
 from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
-from . import outbox
+from . import outbox, webhook_events
 from .budget import Budget
 from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 BATCH_SIZE = 500
+
+
+def overdue_payload(row: dict[str, Any]) -> dict[str, Any]:
+    """The ``invoice.overdue`` event's data: the invoice, its amount and due day."""
+    return {"invoice_id": row["id"], "tenant_id": row["tenant_id"], "amount_cents": row["amount_cents"],
+            "currency": row["currency"], "due_at": row["due_at"].isoformat(), "due_on": row["due_on"].isoformat()}
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,9 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, batch_si
         with conn.cursor(row_factory=dict_row) as cur:
             moved = cur.execute(SQL["transition_overdue"], params).fetchall()
         outbox.enqueue(conn, [outbox.overdue_email(row) for row in moved])
+        for row in moved:
+            webhook_events.fan_out(conn, webhook_events.invoice_event_id("invoice.overdue", row["id"]),
+                                   "invoice.overdue", row["tenant_id"], overdue_payload(row))
         return len(moved), len(moved) == batch_size
 
     done = run_fenced_batches(pool, tick, batch, budget=budget,

@@ -33,14 +33,19 @@ SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100
 # Every webhook event type the app emits. fan_out refuses others, so a new type
 # is added here, and the two-tenant isolation test then covers it too.
-EVENT_TYPES = ("invoice.paid",)
+EVENT_TYPES = ("invoice.overdue", "invoice.paid")
 SQS_BATCH = 10  # SendMessageBatch takes at most 10 entries
 
 
+def invoice_event_id(event_type: str, invoice_id: str) -> str:
+    """Stable per invoice and type (an invoice is paid once, goes overdue once),
+    so a re-sent event dedupes at the dispatcher, and two invoices changed by
+    one transaction get two events."""
+    return "evt_" + hashlib.sha256(f"{event_type}:{invoice_id}".encode()).hexdigest()[:32]
+
+
 def invoice_paid_event_id(invoice_id: str) -> str:
-    """Stable per invoice (an invoice is paid once), so a re-sent event dedupes
-    at the dispatcher, and two invoices paid by one transaction get two events."""
-    return "evt_" + hashlib.sha256(f"invoice.paid:{invoice_id}".encode()).hexdigest()[:32]
+    return invoice_event_id("invoice.paid", invoice_id)
 
 
 def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenant_id: str,

@@ -8,7 +8,10 @@
 -- OF THE EVENT'S TENANT that is not deleted, disabled ones too: their deliveries
 -- are held until the subscription is enabled, so no event is lost meanwhile (a
 -- subscription without a tenant gets nothing); a repeated event (same
--- event_id) adds nothing. The event takes one
+-- event_id) adds nothing, and neither does a subscription whose filter
+-- (event_types, NULL: every type) leaves the type out: the filter as committed
+-- when the statement starts decides, so a filter change applies to the events
+-- fanned out after it. The event takes one
 -- number of webhook_event_sequence here, in the transaction of the change: two
 -- changes of one invoice hold its row lock in turn, so the later one takes the
 -- larger number (the CTE is evaluated once: one number per event).
@@ -17,6 +20,7 @@ INSERT INTO webhook_outbox (event_id, webhook_id, event_type, tenant_id, payload
 SELECT %(event_id)s, s.id, %(event_type)s, %(tenant_id)s, %(payload)s::jsonb, seq.n
   FROM webhook_subscriptions s CROSS JOIN seq
  WHERE s.deleted_at IS NULL AND s.tenant_id = %(tenant_id)s
+   AND (s.event_types IS NULL OR %(event_type)s = ANY (s.event_types))
 ON CONFLICT (webhook_id, event_id) DO NOTHING;
 
 -- name: lock_unsent --

@@ -134,6 +134,7 @@ RETURNING id;
 -- - A 410 disables the subscription only if it still has the URL that answered:
 --   a 410 from a request to the old URL, answered after the URL changed, must
 --   not disable the new one; the delivery is then retried (at the new URL).
+-- - That disable is recorded in webhook_subscription_audit (actor "endpoint").
 -- - The lock makes an enable wait for this hold, or this hold see the enable:
 --   held is only written while the subscription is disabled, so enabling it
 --   (subscriptions.sql, release_held, a statement after its own lock) always
@@ -152,6 +153,11 @@ WITH mine AS (
       FROM sub
      WHERE s.id = sub.id AND sub.enabled AND sub.url = %(gone_url)s::text
     RETURNING s.id
+), gone_recorded AS (
+    -- The 410's disable is a change too: in the audit, by the endpoint.
+    INSERT INTO webhook_subscription_audit (webhook_id, action, actor, detail)
+    SELECT id, 'disable', 'endpoint', jsonb_build_object('reason', %(reason)s::text, 'url', %(gone_url)s::text)
+      FROM gone
 ), decided AS (
     SELECT CASE WHEN sub.deleted_at IS NOT NULL THEN 'dropped'
                 WHEN NOT sub.enabled OR EXISTS (SELECT 1 FROM gone) THEN 'held'

@@ -16,13 +16,17 @@ class UnknownSubscriptionError(LookupError):
     """No subscription has that id."""
 
 
+def check_overlap(overlap: float) -> None:
+    if not overlap >= 0:
+        raise ValueError(f"overlap must be >= 0 seconds, got {overlap}")
+
+
 def rotate_secret(repo: DeliveryRepository, webhook_id: str, *, overlap: float = DEFAULT_OVERLAP,
                   secret: str | None = None) -> str:
     """Give ``webhook_id`` a new signing secret (``secret``, or a fresh one) and
     return it; the replaced one is still signed with for ``overlap`` seconds.
     Raises UnknownSubscriptionError."""
-    if overlap < 0:
-        raise ValueError(f"overlap must be >= 0 seconds, got {overlap}")
+    check_overlap(overlap)
     secret = secret or new_secret()
     if not repo.rotate_secret(webhook_id, secret, overlap, MAX_PREVIOUS):
         raise UnknownSubscriptionError(f"unknown webhook_id {webhook_id!r}")

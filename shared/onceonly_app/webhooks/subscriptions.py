@@ -1,5 +1,12 @@
-"""Managing webhook subscriptions: disable, enable, delete (statements in
+"""Managing webhook subscriptions: add, list, show, update (URL, event-type
+filter), rotate-secret, disable, enable, delete (statements in
 subscriptions.sql). Called by `onceonly subscriptions`, or by the app's own code.
+
+- **add**: a subscription of a tenant billing knows, to a URL the SSRF guard
+  passes now (it checks again at every attempt), for the event types named
+  (or all); its ``whsec_`` secret is returned once and never shown again.
+- **update**: a new URL (checked the same way) or filter; a filter applies to
+  the events fanned out after it commits.
 
 - **disable**: no request is made to the subscription any more, but its events
   are kept: every delivery of it is held (deliveries.sql, record_held) at its
@@ -12,11 +19,17 @@ subscriptions.sql). Called by `onceonly subscriptions`, or by the app's own code
 
 Each function takes the caller's connection and runs in one transaction on it
 (a savepoint inside the caller's). Every function locks the subscription row
-first, the order record_held locks in too, so none deadlocks an attempt."""
+first, the order record_held locks in too, so none deadlocks an attempt.
+Every change is recorded in webhook_subscription_audit, in its transaction:
+who (``actor``), when and what (never a secret)."""
 
 from __future__ import annotations
 
+import json
+import re
+import secrets
 import time
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +39,17 @@ from psycopg.rows import dict_row
 
 from onceonly import Queue
 from onceonly.stores.sqlfile import load_queries
+from onceonly_app.billing.webhook_events import EVENT_TYPES
+
+from . import deliveries, rotation
+from .signing import new_secret
+from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
+APP_ACTOR = "onceonly-app"  # the actor of a change the app's own code makes
+AUDIT_SHOWN = 20
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # a subscription or tenant id
+MAX_URL_LENGTH = 2048
 HOLD_RETENTION = 7 * 24 * 3600.0  # seconds an event is kept for a disabled subscription
 MAX_REASON_LENGTH = 200
 RELEASE_SPACING = 0.001  # seconds between the due times of released deliveries: claimed in event order
@@ -41,13 +63,143 @@ class SubscriptionDeletedError(ValueError):
     """The subscription was deleted; a deleted subscription cannot be changed."""
 
 
+class InvalidSubscriptionError(ValueError):
+    """A change was refused before anything was written: an unknown tenant or
+    event type, a URL the SSRF guard refuses, a malformed or taken id."""
+
+
+@dataclass(frozen=True)
+class Added:
+    id: str
+    secret: str  # the whsec_ signing secret: shown once, to configure the receiver
+
+
 @dataclass(frozen=True)
 class Enabled:
     released: list[str]  # delivery ids queued again, in event order
     expired: list[str]  # held longer than the retention: not sent
 
 
-def disable(conn: psycopg.Connection[Any], subscription_id: str, reason: str) -> bool:
+def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: Iterable[str] | None = None, *,
+        actor: str = APP_ACTOR, subscription_id: str | None = None, allow_http_hosts: Collection[str] = (),
+        resolver: Resolver | None = None) -> Added:
+    """Subscribe ``url`` to ``tenant_id``'s events of ``event_types`` (None: every
+    type) and return its id (``subscription_id``, or a fresh ``wh_…``) and new
+    secret. ``allow_http_hosts`` and ``resolver`` are the sender's
+    (WebhookConfig): the URL must pass the same SSRF guard as at send time.
+    Raises InvalidSubscriptionError; nothing is written then."""
+    if subscription_id is None:
+        subscription_id = f"wh_{secrets.token_hex(8)}"
+    webhook_id = _check_id("subscription id", subscription_id)
+    tenant_id = _check_id("tenant id", tenant_id)
+    url = check_url(url, allow_http_hosts, resolver)
+    types = check_event_types(event_types)
+    secret = new_secret()
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        known = cur.execute(SQL["tenant_known"], {"tenant_id": tenant_id}).fetchone()
+        if not (known and known["known"]):
+            raise InvalidSubscriptionError(f"unknown tenant {tenant_id!r}: billing has no settings, invoices, "
+                                           "schedules or receiving accounts for it")
+        created = cur.execute(SQL["insert_subscription"], {"webhook_id": webhook_id, "tenant_id": tenant_id,
+                                                           "url": url, "secret": secret,
+                                                           "event_types": types}).fetchone()
+        if created is None:
+            raise InvalidSubscriptionError(f"subscription id {webhook_id!r} is taken")
+        _record(conn, webhook_id, "add", actor, {"tenant_id": tenant_id, "url": url, "event_types": types})
+    return Added(webhook_id, secret)
+
+
+def update(conn: psycopg.Connection[Any], subscription_id: str, *, url: str | None = None,
+           event_types: Iterable[str] | None = None, all_event_types: bool = False, actor: str = APP_ACTOR,
+           allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> dict[str, Any]:
+    """Give ``subscription_id`` a new ``url`` and/or filter (``event_types``, or
+    ``all_event_types``); returns the changed fields, old and new. A filter
+    applies to the events fanned out after this commits. Raises
+    InvalidSubscriptionError, UnknownSubscriptionError, SubscriptionDeletedError."""
+    if event_types is not None and all_event_types:
+        raise InvalidSubscriptionError("name event types or all of them, not both")
+    set_types = event_types is not None or all_event_types
+    if url is None and not set_types:
+        raise InvalidSubscriptionError("nothing to change: give a URL or event types")
+    url = None if url is None else check_url(url, allow_http_hosts, resolver)
+    types = None if all_event_types else check_event_types(event_types)
+    with conn.transaction():
+        _lock(conn, subscription_id)
+        before = show(conn, subscription_id)
+        conn.execute(SQL["update_subscription"], {"webhook_id": subscription_id, "url": url,
+                                                  "event_types": types, "set_event_types": set_types})
+        changed = {}
+        if url is not None and url != before["url"]:
+            changed["url"] = {"from": before["url"], "to": url}
+        if set_types and types != before["event_types"]:
+            changed["event_types"] = {"from": before["event_types"], "to": types}
+        _record(conn, subscription_id, "update", actor, changed)
+    return changed
+
+
+def rotate_secret(conn: psycopg.Connection[Any], subscription_id: str, *,
+                  overlap: float = rotation.DEFAULT_OVERLAP, actor: str = APP_ACTOR) -> str:
+    """A new signing secret for ``subscription_id`` (returned once); the replaced
+    one keeps signing beside it for ``overlap`` seconds (webhooks/rotation.py).
+    Raises UnknownSubscriptionError, SubscriptionDeletedError, ValueError."""
+    rotation.check_overlap(overlap)
+    secret = new_secret()
+    with conn.transaction():
+        _lock(conn, subscription_id)
+        conn.execute(deliveries.SQL["rotate_secret"], {"webhook_id": subscription_id, "secret": secret,
+                                                       "overlap": overlap, "keep": rotation.MAX_PREVIOUS})
+        _record(conn, subscription_id, "rotate-secret", actor, {"overlap": overlap})
+    return secret
+
+
+def list_all(conn: psycopg.Connection[Any], tenant_id: str | None = None, *,
+             include_deleted: bool = False) -> list[dict[str, Any]]:
+    """The subscriptions (of ``tenant_id``, or all), oldest first; never a secret."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(SQL["list_subscriptions"], {"tenant_id": tenant_id,
+                                                       "include_deleted": include_deleted}).fetchall()
+
+
+def show(conn: psycopg.Connection[Any], subscription_id: str) -> dict[str, Any]:
+    """One subscription (never a secret), its deliveries by status and its latest
+    recorded changes. Raises UnknownSubscriptionError."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(SQL["show_subscription"], {"webhook_id": subscription_id}).fetchone()
+        if row is None:
+            raise UnknownSubscriptionError(f"unknown subscription {subscription_id!r}")
+        row["changes"] = cur.execute(SQL["audit_log"], {"webhook_id": subscription_id,
+                                                        "limit": AUDIT_SHOWN}).fetchall()
+    return row
+
+
+def check_url(url: str, allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> str:
+    """``url`` if the SSRF guard passes it now (resolving its host once, as an
+    attempt does); else InvalidSubscriptionError, before any connection."""
+    if not isinstance(url, str) or not url.strip() or len(url) > MAX_URL_LENGTH:
+        raise InvalidSubscriptionError(f"the URL must be 1-{MAX_URL_LENGTH} characters")
+    try:
+        check_target(url.strip(), allow_http_hosts, resolver)
+    except (UnsafeTargetError, UnresolvableHostError) as exc:
+        raise InvalidSubscriptionError(f"URL refused: {exc}") from None
+    return url.strip()
+
+
+def check_event_types(event_types: Iterable[str] | None) -> list[str] | None:
+    """The filter as stored: None (every type) or the known types named, sorted.
+    Raises InvalidSubscriptionError for an unknown type or an empty list."""
+    if event_types is None:
+        return None
+    types = sorted({str(t).strip() for t in event_types})
+    if not types:
+        raise InvalidSubscriptionError("name at least one event type (or none for all)")
+    unknown = [t for t in types if t not in EVENT_TYPES]
+    if unknown:
+        raise InvalidSubscriptionError(f"unknown event type(s) {', '.join(map(repr, unknown))}; "
+                                       f"known: {', '.join(EVENT_TYPES)}")
+    return types
+
+
+def disable(conn: psycopg.Connection[Any], subscription_id: str, reason: str, *, actor: str = APP_ACTOR) -> bool:
     """Stop attempting ``subscription_id``'s deliveries; they are held (kept) until
     :func:`enable`. False if it was disabled already (its reason is then
     replaced). Raises UnknownSubscriptionError, SubscriptionDeletedError, and
@@ -56,11 +208,12 @@ def disable(conn: psycopg.Connection[Any], subscription_id: str, reason: str) ->
     with conn.transaction():
         was_enabled = _lock(conn, subscription_id)
         conn.execute(SQL["set_enabled"], {"webhook_id": subscription_id, "enabled": False, "reason": reason})
+        _record(conn, subscription_id, "disable", actor, {"reason": reason, "was_enabled": was_enabled})
     return was_enabled
 
 
 def enable(conn: psycopg.Connection[Any], queue: Queue, subscription_id: str, *,
-           retention: float = HOLD_RETENTION) -> Enabled:
+           retention: float = HOLD_RETENTION, actor: str = APP_ACTOR) -> Enabled:
     """Enable ``subscription_id`` and release its held deliveries into ``queue``
     (the retry workers' due queue), due now in event order; a held event older
     than ``retention`` seconds is expired instead. Idempotent: enabling an
@@ -79,6 +232,7 @@ def enable(conn: psycopg.Connection[Any], queue: Queue, subscription_id: str, *,
         expired = [row["id"] for row in cur.execute(SQL["expire_held"], params)]
         cur.execute(SQL["release_held"], params)
         due = cur.execute(SQL["due_retrying"], params).fetchall()
+        _record(conn, subscription_id, "enable", actor, {"released": len(due), "expired": len(expired)})
     # Due times a millisecond apart: the queue hands them out oldest first, so
     # the events go out in the order they happened.
     start = time.time()
@@ -87,7 +241,7 @@ def enable(conn: psycopg.Connection[Any], queue: Queue, subscription_id: str, *,
     return Enabled([row["id"] for row in due], expired)
 
 
-def delete(conn: psycopg.Connection[Any], subscription_id: str) -> list[str]:
+def delete(conn: psycopg.Connection[Any], subscription_id: str, *, actor: str = APP_ACTOR) -> list[str]:
     """Soft-delete ``subscription_id``: it gets no new event and no request, and
     every unfinished delivery of it (queued, held, in flight) ends ``dropped``.
     Returns the dropped delivery ids. Raises UnknownSubscriptionError, and
@@ -96,6 +250,7 @@ def delete(conn: psycopg.Connection[Any], subscription_id: str) -> list[str]:
         _lock(conn, subscription_id)
         dropped = [row["id"] for row in cur.execute(SQL["drop_deliveries"], {"webhook_id": subscription_id})]
         cur.execute(SQL["mark_deleted"], {"webhook_id": subscription_id})
+        _record(conn, subscription_id, "delete", actor, {"dropped": len(dropped)})
     return dropped
 
 
@@ -110,6 +265,27 @@ def _lock(conn: psycopg.Connection[Any], subscription_id: str) -> bool:
     if row["deleted"]:
         raise SubscriptionDeletedError(f"subscription {subscription_id!r} was deleted")
     return bool(row["enabled"])
+
+
+def _record(conn: psycopg.Connection[Any], subscription_id: str, action: str, actor: str,
+            detail: dict[str, Any]) -> None:
+    """One audit row, in the transaction of the change it records."""
+    conn.execute(SQL["record_change"], {"webhook_id": subscription_id, "action": action,
+                                        "actor": _check_actor(actor), "detail": json.dumps(detail)})
+
+
+def _check_actor(actor: str) -> str:
+    text = actor.strip() if isinstance(actor, str) else ""
+    if not text or len(text) > MAX_REASON_LENGTH:
+        raise InvalidSubscriptionError(f"actor must be 1-{MAX_REASON_LENGTH} characters")
+    return text
+
+
+def _check_id(what: str, value: str) -> str:
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise InvalidSubscriptionError(f"{what} {value!r} must be 1-128 letters, digits and . _ : -, "
+                                       "starting with a letter or digit")
+    return value
 
 
 def _check_reason(reason: str) -> str:

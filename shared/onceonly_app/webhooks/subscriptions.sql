@@ -63,3 +63,63 @@ RETURNING id;
 UPDATE webhook_subscriptions
    SET deleted_at = now(), enabled = false, disabled_reason = 'deleted', updated_at = now()
  WHERE id = %(webhook_id)s AND deleted_at IS NULL;
+
+-- name: tenant_known --
+-- In: tenant_id. Out: known (bool): billing knows the tenant (its settings,
+-- invoices, schedules or receiving accounts), so its events can exist.
+SELECT EXISTS (SELECT 1 FROM billing_tenants WHERE tenant_id = %(tenant_id)s)
+    OR EXISTS (SELECT 1 FROM invoices WHERE tenant_id = %(tenant_id)s)
+    OR EXISTS (SELECT 1 FROM billing_schedules WHERE tenant_id = %(tenant_id)s)
+    OR EXISTS (SELECT 1 FROM payment_accounts WHERE tenant_id = %(tenant_id)s) AS known;
+
+-- name: insert_subscription --
+-- In: webhook_id, tenant_id, url, secret, event_types (text[] or NULL: every
+-- type). Out: the new row's id, or NO row when the id is taken.
+INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, event_types)
+VALUES (%(webhook_id)s, %(tenant_id)s, %(url)s, %(secret)s, %(event_types)s::text[])
+ON CONFLICT (id) DO NOTHING
+RETURNING id;
+
+-- name: update_subscription --
+-- In: webhook_id, url, event_types, set_event_types (false: keep the filter).
+-- Runs after lock_subscription; a URL change is what record_held compares a
+-- late 410's URL against.
+UPDATE webhook_subscriptions
+   SET url = coalesce(%(url)s, url),
+       event_types = CASE WHEN %(set_event_types)s THEN %(event_types)s::text[] ELSE event_types END,
+       updated_at = now()
+ WHERE id = %(webhook_id)s AND deleted_at IS NULL;
+
+-- name: record_change --
+-- In: webhook_id, action, actor, detail (json, never a secret). In the
+-- transaction of the change it records.
+INSERT INTO webhook_subscription_audit (webhook_id, action, actor, detail)
+VALUES (%(webhook_id)s, %(action)s, %(actor)s, %(detail)s::jsonb);
+
+-- name: list_subscriptions --
+-- In: tenant_id (or NULL: all), include_deleted. Never the secrets.
+SELECT id, tenant_id, url, enabled, disabled_reason, event_types, created_at, updated_at, deleted_at
+  FROM webhook_subscriptions
+ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
+   AND (%(include_deleted)s OR deleted_at IS NULL)
+ ORDER BY tenant_id, created_at, id;
+
+-- name: show_subscription --
+-- In: webhook_id. Out: the row (never the secrets), how many previous secrets
+-- still sign beside the current one, and its deliveries by status.
+SELECT s.id, s.tenant_id, s.url, s.enabled, s.disabled_reason, s.event_types, s.created_at, s.updated_at,
+       s.deleted_at,
+       (SELECT count(*) FROM jsonb_array_elements(s.previous_secrets) p
+         WHERE (p ->> 'until')::float8 > extract(epoch FROM now())) AS previous_secrets_signing,
+       (SELECT coalesce(jsonb_object_agg(status, n), '{}')
+          FROM (SELECT status, count(*) AS n FROM webhook_deliveries d
+                 WHERE d.webhook_id = s.id GROUP BY status) counts) AS deliveries
+  FROM webhook_subscriptions s
+ WHERE s.id = %(webhook_id)s;
+
+-- name: audit_log --
+-- In: webhook_id, limit. Out: its latest recorded changes, newest first.
+SELECT action, actor, at, detail FROM webhook_subscription_audit
+ WHERE webhook_id = %(webhook_id)s
+ ORDER BY id DESC
+ LIMIT %(limit)s;
