@@ -1,6 +1,7 @@
-"""`onceonly status`: the retry queue's depth, dead letters, the last tick of
-each scheduled job and the lease behind it (owner, token, held or completed),
-and the job-wide poller leases with the cursor each one fences."""
+"""`onceonly status`: the retry queue's depth, dead letters, each webhook
+subscription's health, the last tick of each scheduled job and the lease behind
+it (owner, token, held or completed), and the job-wide poller leases with the
+cursor each one fences."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from rich.console import Console
 from rich.table import Table
 
@@ -27,6 +29,32 @@ LAST_TICKS = """
 SELECT DISTINCT ON (job) job, scheduled_time, fence_token, started_at, finished_at
   FROM job_ticks ORDER BY job, scheduled_time DESC"""
 DEAD_COUNT = "SELECT count(*) FROM webhook_deliveries WHERE status = 'dead'"
+# Per subscription not deleted: its recorded attempts' success over the last
+# hour and day, its last error, and its deliveries by the states an operator acts on.
+SUBSCRIPTION_HEALTH = """
+SELECT s.id, s.tenant_id, s.enabled, s.disabled_reason, s.max_in_flight, s.rate_per_second,
+       d.pending, d.retrying, d.dead, d.held, a.hour_total, a.hour_ok, a.day_total, a.day_ok,
+       e.error AS last_error, e.finished_at AS last_error_at
+  FROM webhook_subscriptions s
+  CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE status IN ('pending', 'attempting')) AS pending,
+               count(*) FILTER (WHERE status = 'retrying') AS retrying,
+               count(*) FILTER (WHERE status = 'dead') AS dead,
+               count(*) FILTER (WHERE status = 'held') AS held
+          FROM webhook_deliveries WHERE webhook_id = s.id) d
+  CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE t.started_at > now() - interval '1 hour') AS hour_total,
+               count(*) FILTER (WHERE t.started_at > now() - interval '1 hour' AND t.outcome = 'succeeded') AS hour_ok,
+               count(*) AS day_total, count(*) FILTER (WHERE t.outcome = 'succeeded') AS day_ok
+          FROM webhook_attempts t JOIN webhook_deliveries dd ON dd.id = t.delivery_id
+         WHERE dd.webhook_id = s.id AND t.recorded AND t.started_at > now() - interval '1 day') a
+  LEFT JOIN LATERAL (
+        SELECT t.error, t.finished_at
+          FROM webhook_attempts t JOIN webhook_deliveries dd ON dd.id = t.delivery_id
+         WHERE dd.webhook_id = s.id AND t.error IS NOT NULL
+         ORDER BY t.id DESC LIMIT 1) e ON true
+ WHERE s.deleted_at IS NULL
+ ORDER BY s.tenant_id, s.id"""
 # Jobs with a job-wide poller lease (the payment watcher), from their cursors.
 POLLER_JOBS = "SELECT poller, cursor, fence_token FROM payment_cursors ORDER BY poller"
 
@@ -56,6 +84,22 @@ def _lease(store: onceonly.Store, name: str) -> dict[str, Any]:
             "until": _iso(state.busy_until)}
 
 
+def _rate(ok: int, total: int) -> float | None:
+    """The share of attempts that succeeded; None without attempts."""
+    return round(ok / total, 4) if total else None
+
+
+def _subscription_health(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": row["id"], "tenant": row["tenant_id"], "enabled": row["enabled"],
+            "disabled_reason": row["disabled_reason"],
+            "limits": {"max_in_flight": row["max_in_flight"], "rate_per_second": row["rate_per_second"]},
+            "success_rate": {"hour": _rate(row["hour_ok"], row["hour_total"]),
+                             "day": _rate(row["day_ok"], row["day_total"])},
+            "attempts": {"hour": row["hour_total"], "day": row["day_total"]},
+            "last_error": row["last_error"], "last_error_at": _iso(row["last_error_at"]),
+            "deliveries": {name: row[name] for name in ("pending", "retrying", "dead", "held")}}
+
+
 def collect(ops: Ops) -> dict[str, Any]:
     """Everything status shows, as plain JSON-able data (what --json prints)."""
     from onceonly_app.webhooks.deliveries import DeliveryRepository
@@ -65,6 +109,8 @@ def collect(ops: Ops) -> dict[str, Any]:
         dead_total = conn.execute(DEAD_COUNT).fetchone()[0]
         ticks = conn.execute(LAST_TICKS).fetchall()
         pollers = conn.execute(POLLER_JOBS).fetchall()
+        with conn.cursor(row_factory=dict_row) as cur:
+            health = [_subscription_health(row) for row in cur.execute(SUBSCRIPTION_HEALTH)]
     dead = [{"delivery": row["id"], "webhook": row["webhook_id"], "event": row["event_id"],
              "attempts": row["attempts"], "last_error": row["last_error"],
              "dead_since": _iso(row["dead_since"])}
@@ -73,6 +119,7 @@ def collect(ops: Ops) -> dict[str, Any]:
         "queue": {"name": ops.queue_name, "due": depth.due, "scheduled": depth.scheduled,
                   "in_flight": depth.in_flight, "total": depth.total},
         "dead_letters": {"total": dead_total, "shown": dead},
+        "subscriptions": health,
         "jobs": [{"job": job, "last_tick": _iso(scheduled), "finished": _iso(finished),
                   "lease": _lease(ops.store, tick_lock_name(job, scheduled))}
                  for job, scheduled, _fence, _started, finished in ticks],
@@ -87,6 +134,10 @@ def _lease_cells(lease: dict[str, Any]) -> tuple[str, str, str]:
              "completed": f"completed (kept until {until})", "held": f"HELD until {until}",
              "free": "free (lease expired or released)"}[lease["state"]]
     return lease["owner"] or "-", "-" if lease["token"] is None else str(lease["token"]), state
+
+
+def _percent(rate: float | None, attempts: int) -> str:
+    return "-" if rate is None else f"{rate:.0%} of {attempts}"
 
 
 def render(status: dict[str, Any], console: Console) -> None:
@@ -105,6 +156,19 @@ def render(status: dict[str, Any], console: Console) -> None:
         dead.add_row(row["delivery"], row["webhook"], row["event"], str(row["attempts"]),
                      (row["last_error"] or "")[:40], (row["dead_since"] or "-").replace("T", " "))
     console.print(dead)
+
+    subscriptions = Table(title="webhook subscriptions: health (success = attempts that succeeded)",
+                          title_justify="left")
+    for column in ("subscription", "tenant", "state", "success 1 h", "success 24 h", "pending", "retrying",
+                   "dead", "held", "last error"):
+        subscriptions.add_column(column)
+    for sub in status["subscriptions"]:
+        state = "enabled" if sub["enabled"] else f"DISABLED: {sub['disabled_reason']}"
+        subscriptions.add_row(sub["id"], sub["tenant"] or "-", state,
+                              *(_percent(sub["success_rate"][w], sub["attempts"][w]) for w in ("hour", "day")),
+                              *(str(sub["deliveries"][k]) for k in ("pending", "retrying", "dead", "held")),
+                              (sub["last_error"] or "-")[:40])
+    console.print(subscriptions)
 
     jobs = Table(title="scheduled jobs: last tick and its lease", title_justify="left")
     for column in ("job", "last tick", "finished", "lease owner", "token", "lease"):

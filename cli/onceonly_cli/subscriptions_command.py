@@ -63,6 +63,10 @@ def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.Ar
     for parser in (add, update):
         parser.add_argument("--event-types", type=_event_types, metavar="TYPE[,TYPE…]",
                             help="only these event types (default for add: all)")
+        parser.add_argument("--max-in-flight", type=int, metavar="N",
+                            help="requests to it at once, across every replica (default for add: 10)")
+        parser.add_argument("--rate", type=float, metavar="PER_SECOND",
+                            help="requests to it per second, across every replica (default for add: 50)")
     rotate = actions.add_parser("rotate-secret", help="a new signing secret, printed once; the old one keeps "
                                                       "signing beside it for the overlap")
     rotate.add_argument("--overlap", type=non_negative_float, default=None, metavar="SECONDS",
@@ -94,8 +98,10 @@ def _sender_checks() -> dict[str, Any]:
 def _add(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import add
 
+    limits = {name: value for name, value in (("max_in_flight", args.max_in_flight),
+                                              ("rate_per_second", args.rate)) if value is not None}
     added = add(conn, args.tenant, args.url, args.event_types, actor=args.actor, subscription_id=args.new_id,
-                **_sender_checks())
+                **limits, **_sender_checks())
     types = ", ".join(args.event_types) if args.event_types else "every event type"
     table = Table(title=f"subscription {added.id} added ({types})", title_justify="left", show_header=False)
     table.add_row("id", added.id)
@@ -110,11 +116,11 @@ def _list(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> 
 
     rows = list_all(conn, args.tenant, include_deleted=args.include_deleted)
     table = Table(title=f"webhook subscriptions: {len(rows)}", title_justify="left")
-    for column in ("id", "tenant", "url", "event types", "state"):
+    for column in ("id", "tenant", "url", "event types", "limits", "state"):
         table.add_column(column)
     for row in rows:
         table.add_row(row["id"], row["tenant_id"] or "-", row["url"], _types_cell(row["event_types"]),
-                      _state_cell(row))
+                      _limits_cell(row), _state_cell(row))
     return Done({"subscriptions": rows}, table)
 
 
@@ -124,7 +130,8 @@ def _show(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> 
     row = show(conn, args.webhook_id)
     table = Table(title=f"subscription {row['id']}", title_justify="left", show_header=False)
     for label, value in (("tenant", row["tenant_id"]), ("url", row["url"]),
-                         ("event types", _types_cell(row["event_types"])), ("state", _state_cell(row)),
+                         ("event types", _types_cell(row["event_types"])), ("limits", _limits_cell(row)),
+                         ("state", _state_cell(row)),
                          ("previous secrets still signing", row["previous_secrets_signing"]),
                          ("deliveries", ", ".join(f"{k}: {v}" for k, v in sorted(row["deliveries"].items()))
                           or "none"),
@@ -140,7 +147,8 @@ def _update(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -
     from onceonly_app.webhooks.subscriptions import update
 
     changed = update(conn, args.webhook_id, url=args.url, event_types=args.event_types,
-                     all_event_types=args.all_event_types, actor=args.actor, **_sender_checks())
+                     all_event_types=args.all_event_types, max_in_flight=args.max_in_flight,
+                     rate_per_second=args.rate, actor=args.actor, **_sender_checks())
     text = "; ".join(f"{field}: {json.dumps(c['from'])} -> {json.dumps(c['to'])}" for field, c in changed.items())
     return Done({"id": args.webhook_id, "changed": changed},
                 f"{args.webhook_id}: {text or 'nothing changed'} (applies to events from now on)")
@@ -191,6 +199,10 @@ ACTIONS: dict[str, Callable[[Ops, psycopg.Connection[Any], argparse.Namespace], 
 
 def _types_cell(event_types: list[str] | None) -> str:
     return "all" if event_types is None else ", ".join(event_types)
+
+
+def _limits_cell(row: dict[str, Any]) -> str:
+    return f"{row['max_in_flight']} in flight, {row['rate_per_second']:g}/s"
 
 
 def _state_cell(row: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -149,7 +150,8 @@ def test_add_returns_a_standard_webhooks_secret_once_and_every_change_is_audited
     assert [(row["action"], row["actor"]) for row in log] == [
         ("add", "alice"), ("update", "bob"), ("rotate-secret", "carol"), ("disable", "dave"),
         ("enable", "erin"), ("delete", "frank")]
-    assert log[0]["detail"] == {"tenant_id": tenant, "url": "http://127.0.0.1:9/a", "event_types": ["invoice.paid"]}
+    assert log[0]["detail"] == {"tenant_id": tenant, "url": "http://127.0.0.1:9/a", "event_types": ["invoice.paid"],
+                                "max_in_flight": 10, "rate_per_second": 50.0}
     assert log[3]["detail"]["reason"] == "maintenance"
     assert not any(secret in json.dumps(log) for secret in (added.secret, rotated))
     with pytest.raises(subscriptions.SubscriptionDeletedError):
@@ -255,3 +257,46 @@ def test_the_overdue_job_emits_invoice_overdue_only_to_subscriptions_that_want_i
         (wants, webhook_events.invoice_event_id("invoice.overdue", invoice), "invoice.overdue")]
     assert rows[0][3]["invoice_id"] == invoice and rows[0][3]["due_on"] == "2026-11-01"
     assert paid_only not in {r[0] for r in rows}
+
+
+def test_limits_are_validated_and_their_changes_audited(conn: psycopg.Connection, tenant: str) -> None:
+    for bad in ({"max_in_flight": 0}, {"max_in_flight": 1001}, {"rate_per_second": 0.0},
+                {"rate_per_second": -1.0}, {"rate_per_second": float("inf")}, {"rate_per_second": float("nan")}):
+        with pytest.raises(InvalidSubscriptionError, match="in flight|rate"):
+            subscriptions.add(conn, tenant, "http://127.0.0.1:9/", allow_http_hosts=LOCAL, **bad)  # type: ignore[arg-type]
+    assert _count(conn, "SELECT count(*) FROM webhook_subscriptions WHERE tenant_id = %s", tenant) == 0
+    added = subscriptions.add(conn, tenant, "http://127.0.0.1:9/", allow_http_hosts=LOCAL)
+    shown = subscriptions.show(conn, added.id)
+    assert (shown["max_in_flight"], shown["rate_per_second"]) == (10, 50.0)  # the defaults
+    assert subscriptions.update(conn, added.id, max_in_flight=2, rate_per_second=5) == {
+        "max_in_flight": {"from": 10, "to": 2}, "rate_per_second": {"from": 50.0, "to": 5.0}}
+    shown = subscriptions.show(conn, added.id)
+    assert (shown["max_in_flight"], shown["rate_per_second"]) == (2, 5.0)
+    assert _audit(conn, added.id)[-1]["detail"] == {"max_in_flight": {"from": 10, "to": 2},
+                                                    "rate_per_second": {"from": 50.0, "to": 5.0}}
+
+
+# -- endpoint health in `onceonly status` ----------------------------------------------------------------
+
+def test_status_shows_each_subscriptions_success_rate_last_error_backlog_and_disabled_reason(
+        env: dict[str, str], webhook_db: str, conn: psycopg.Connection, receiver: WebhookReceiver,
+        tenant: str) -> None:
+    added = subscriptions.add(conn, tenant, "http://127.0.0.1:9/", allow_http_hosts=LOCAL)
+    subscriptions.update(conn, added.id, url=receiver.endpoint(new_id("ep"), added.secret), allow_http_hosts=LOCAL)
+    events = [new_id("evt") for _ in range(3)]
+    receiver.script(delivery_id_for(added.id, events[0]), [Reply(503)])
+    with lambda_env(env) as (dispatch, _retry):
+        dispatch(sqs_event([message(added.id, e, tenant_id=tenant) for e in events]), context("dispatch"))
+    subscriptions.disable(conn, added.id, "merchant migrating")
+
+    result = run_cli("status", "--json", "--database", webhook_db, "--store", env["ONCEONLY_STORE_URL"])
+    assert result.returncode == 0, result.stderr
+    (health,) = [s for s in json.loads(result.stdout)["subscriptions"] if s["id"] == added.id]
+    assert health["success_rate"] == {"hour": round(2 / 3, 4), "day": round(2 / 3, 4)}
+    assert health["attempts"] == {"hour": 3, "day": 3}
+    assert "503" in health["last_error"] and health["last_error_at"] is not None
+    assert health["deliveries"] == {"pending": 0, "retrying": 1, "dead": 0, "held": 0}
+    assert (health["enabled"], health["disabled_reason"]) == (False, "merchant migrating")
+    table = run_cli("status", "--database", webhook_db, "--store", env["ONCEONLY_STORE_URL"],
+                    env={**os.environ, "COLUMNS": "250", "DATABASE_URL": webhook_db})
+    assert table.returncode == 0 and "merchant migrating" in table.stdout and "67% of 3" in table.stdout

@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool
 from onceonly.errors import StoreUnavailableError
 from onceonly.stores.sqlfile import load_queries
 
+from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND
 from .messages import DeliveryRequest
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -43,6 +44,8 @@ class Subscription:
     enabled: bool
     previous_secrets: tuple[str, ...] = ()  # rotated out, still inside their overlap (newest first)
     deleted: bool = False  # soft-deleted (deleted_at): its deliveries end dropped
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests at once (endpoint_limits.py)
+    rate_per_second: float = DEFAULT_RATE_PER_SECOND
 
     @property
     def signing_secrets(self) -> tuple[str, ...]:
@@ -140,7 +143,7 @@ class DeliveryRepository:
         row = rows[0]
         subscription = Subscription(row.pop("webhook_id"), row.pop("subscription_tenant_id"), row.pop("url"),
                                     row.pop("secret"), row.pop("enabled"), tuple(row.pop("previous_secrets")),
-                                    row.pop("deleted"))
+                                    row.pop("deleted"), row.pop("max_in_flight"), row.pop("rate_per_second"))
         return AttemptInput(subscription=subscription, **row)
 
     def stamp_fence(self, delivery_id: str, generation: int, token: int) -> str | None:
@@ -177,6 +180,16 @@ class DeliveryRepository:
         if not row["recorded"]:
             return Recorded(False, None, outcome.status, None)
         return Recorded(True, row["attempt"], str(row["status"]), row["next_attempt_at"])
+
+    def defer(self, delivery_id: str, generation: int, token: int, next_attempt_at: float) -> Recorded:
+        """Give back the attempt start_attempt counted, without a request (its
+        endpoint is at its limit): the delivery is retrying, due at
+        ``next_attempt_at``. Fenced like record()."""
+        rows = self._rows("defer_attempt", {"id": delivery_id, "generation": generation, "token": token,
+                                            "next_attempt_at": next_attempt_at})
+        if not rows:
+            return Recorded(False, None, "retrying", None)
+        return Recorded(True, rows[0]["attempts"], "retrying", next_attempt_at)
 
     def rotate_secret(self, webhook_id: str, secret: str, overlap: float, keep: int) -> bool:
         """Make ``secret`` the subscription's current signing secret; the one it

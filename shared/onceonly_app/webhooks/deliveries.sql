@@ -45,7 +45,7 @@ UPDATE webhook_deliveries d
 RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence,
           extract(epoch FROM coalesce(d.occurred_at, d.created_at))::float8 AS occurred_at,
           s.id AS webhook_id, s.tenant_id AS subscription_tenant_id, s.url, s.secret, s.enabled,
-          s.deleted_at IS NOT NULL AS deleted,
+          s.deleted_at IS NOT NULL AS deleted, s.max_in_flight, s.rate_per_second,
           ARRAY(SELECT p ->> 'secret' FROM jsonb_array_elements(s.previous_secrets) p
                  WHERE (p ->> 'until')::float8 > extract(epoch FROM now())
                  ORDER BY (p ->> 'until')::float8 DESC) AS previous_secrets;
@@ -96,6 +96,19 @@ INSERT INTO webhook_attempts (delivery_id, generation, fence_token, attempt, out
 SELECT %(id)s, %(generation)s, %(token)s, (SELECT attempts FROM upd), %(outcome)s, %(response_code)s,
        %(error)s, EXISTS (SELECT 1 FROM upd), to_timestamp(%(started_at)s::float8)
 RETURNING recorded, attempt;
+
+-- name: defer_attempt --
+-- In: id, generation, token, next_attempt_at (epoch). Out: the attempts count,
+-- or NO row when fenced off. The endpoint was at its limit, so no request was
+-- made: the attempt start_attempt counted is given back and the delivery waits
+-- as retrying (its queue item is moved to next_attempt_at by the caller). No
+-- attempts-log row: nothing was attempted. last_error stays the last real one.
+UPDATE webhook_deliveries
+   SET attempts = attempts - 1, status = 'retrying', next_attempt_at = to_timestamp(%(next_attempt_at)s::float8),
+       updated_at = now()
+ WHERE id = %(id)s AND generation = %(generation)s AND fence_token = %(token)s
+   AND status IN ('pending', 'attempting') AND attempts > 0
+RETURNING attempts;
 
 -- name: rotate_secret --
 -- In: webhook_id, secret (the new one), overlap (seconds), keep (how many

@@ -13,6 +13,7 @@ from onceonly_app.appdb.clients import coordination_store, db_pool
 
 from .config import WebhookConfig
 from .deliveries import DeliveryRepository
+from .endpoint_limits import EndpointGate
 from .sender import WebhookSender
 from .service import WebhookService
 
@@ -28,8 +29,10 @@ def _parts() -> tuple[WebhookConfig, DeliveryRepository, WebhookSender]:
 def webhook_service(logger: logging.Logger | Any | None = None) -> WebhookService:
     """The per-container service, logging through the handler's ``logger``."""
     config, repo, sender = _parts()
-    queue = coordination_store().queue(config.queue_name)
-    return WebhookService(repo, queue, sender, config, logger=logger)
+    store = coordination_store()
+    # A slot outlives the request it admits: the attempt's whole budget and the margin.
+    gate = EndpointGate(store, repo.pool, config.attempt_budget + config.deadline_margin, log=logger)
+    return WebhookService(repo, store.queue(config.queue_name), sender, config, logger=logger, gate=gate)
 
 
 @cache

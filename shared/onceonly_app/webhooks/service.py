@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,8 @@ from onceonly.errors import StoreUnavailableError
 from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
 from .deadline import Deadline
-from .deliveries import AttemptInput, DeliveryRepository, Outcome, delivery_id_for
+from .deliveries import AttemptInput, DeliveryRepository, Outcome, Subscription, delivery_id_for
+from .endpoint_limits import EndpointGate
 from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
 from .signing import signed_headers
@@ -41,6 +43,7 @@ OFF_QUEUE = frozenset({"succeeded", "dead", "held", "expired", "dropped"})
 DISPATCH_TOKEN = 0  # queue items start at token 0; a claim's token is always >= 1
 GONE_REASON = "410 Gone from the endpoint"  # the subscription's disabled_reason
 HELD_ERROR = "subscription disabled: held until it is enabled"
+HELD_BACK = "held back by the endpoint's limit (in flight or per second): delayed, no attempt used"
 
 
 class UnknownWebhookError(MalformedMessageError):
@@ -57,7 +60,7 @@ class DeadlineNearError(Exception):
 class AttemptReport:
     delivery_id: str
     webhook_id: str
-    outcome: str  # succeeded | failed | gone | refused | disabled | dropped
+    outcome: str  # succeeded | failed | gone | refused | disabled | dropped | deferred (endpoint at its limit)
     status: str  # the status written (if recorded; else the one the attempt wanted)
     recorded: bool  # False: refused by the fence (a newer holder owns the delivery)
     attempt: int | None
@@ -81,6 +84,7 @@ class RetryReport:
     dead: int = 0
     held: int = 0  # the subscription is disabled: kept until it is enabled, not attempted
     dropped: int = 0  # the subscription was deleted
+    deferred: int = 0  # held back by the endpoint's limit: delayed, no attempt used
     claims_contended: int = 0  # ack/retry refused: the item was re-granted meanwhile
     leases_reclaimed: int = 0  # the previous holder never recorded its outcome
     fenced_writes_refused: int = 0  # stamp or record refused: a newer holder exists
@@ -94,6 +98,8 @@ class RetryReport:
         self.attempts.append(report)
         if not report.recorded:
             self.fenced_writes_refused += 1
+        elif report.outcome == "deferred":
+            self.deferred += 1
         elif report.status == "succeeded":
             self.succeeded += 1
         elif report.status == "dead":
@@ -109,7 +115,8 @@ class RetryReport:
 class WebhookService:
     def __init__(self, repo: DeliveryRepository, queue: Queue, sender: WebhookSender, config: WebhookConfig,
                  *, logger: logging.Logger | Any | None = None, clock: Callable[[], float] = time.time,
-                 rng: random.Random | None = None, resolver: Resolver | None = None) -> None:
+                 rng: random.Random | None = None, resolver: Resolver | None = None,
+                 gate: EndpointGate | None = None) -> None:
         self.repo = repo
         self.queue = queue
         self.sender = sender
@@ -118,6 +125,7 @@ class WebhookService:
         self.clock = clock
         self.policy = RetryPolicy(config.retry_schedule, config.max_retry_after, rng)
         self.resolver = resolver
+        self.gate = gate  # per-endpoint limits; None: unlimited
 
     # -- dispatch -------------------------------------------------------------
     def has_time_for_attempt(self, remaining_ms: Callable[[], int]) -> bool:
@@ -267,7 +275,9 @@ class WebhookService:
             webhook_id = delivery.webhook_id
             outcome = self._try(delivery)
             gone_url = delivery.subscription.url if outcome.outcome == "gone" else None
-        if outcome.status == "held":
+        if outcome.outcome == "deferred":
+            recorded = self.repo.defer(delivery_id, generation, token, outcome.next_attempt_at or self.clock())
+        elif outcome.status == "held":
             # Decided again under the subscription's lock: a 410 only disables the
             # URL that answered it, and an enable meanwhile means retry now.
             recorded = self.repo.record_held(delivery_id, generation, token, webhook_id, outcome, started,
@@ -316,14 +326,28 @@ class WebhookService:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
             return self._failure(SendResult(None, str(exc)), delivery.attempt)
-        body = delivery.body()
-        headers = signed_headers(subscription.signing_secrets, delivery.id, body, self.clock())
-        result = self.sender.post(target, body, headers, deadline)
+        with self._admitted(subscription) as admitted:
+            if not admitted:
+                assert self.gate is not None
+                return Outcome("deferred", "retrying", None, HELD_BACK, self.clock() + self.gate.held_back_delay())
+            body = delivery.body()
+            headers = signed_headers(subscription.signing_secrets, delivery.id, body, self.clock())
+            result = self.sender.post(target, body, headers, deadline)
         if result.ok:
             return Outcome("succeeded", "succeeded", result.status_code, None, None)
         if result.status_code == 410:
             return Outcome("gone", "held", 410, "410 Gone: subscription disabled, held until it is enabled", None)
         return self._failure(result, delivery.attempt)
+
+    @contextmanager
+    def _admitted(self, subscription: Subscription) -> Iterator[bool]:
+        """Whether the endpoint's limits let this request go now (holding its
+        in-flight slot while it runs); always, without a gate."""
+        if self.gate is None:
+            yield True
+            return
+        with self.gate.admit(subscription.id, subscription.max_in_flight, subscription.rate_per_second) as ok:
+            yield ok
 
     def _failure(self, result: SendResult, attempts_made: int) -> Outcome:
         retry_after = parse_retry_after(result.retry_after, self.clock(), self.config.max_retry_after)

@@ -26,6 +26,7 @@ who (``actor``), when and what (never a secret)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import secrets
 import time
@@ -42,6 +43,7 @@ from onceonly.stores.sqlfile import load_queries
 from onceonly_app.billing.webhook_events import EVENT_TYPES
 
 from . import deliveries, rotation
+from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND
 from .signing import new_secret
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
 
@@ -50,6 +52,8 @@ APP_ACTOR = "onceonly-app"  # the actor of a change the app's own code makes
 AUDIT_SHOWN = 20
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # a subscription or tenant id
 MAX_URL_LENGTH = 2048
+MAX_IN_FLIGHT = 1000  # the limits' bounds (the table's CHECKs say the same)
+MAX_RATE = 10000.0
 HOLD_RETENTION = 7 * 24 * 3600.0  # seconds an event is kept for a disabled subscription
 MAX_REASON_LENGTH = 200
 RELEASE_SPACING = 0.001  # seconds between the due times of released deliveries: claimed in event order
@@ -81,10 +85,12 @@ class Enabled:
 
 
 def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: Iterable[str] | None = None, *,
-        actor: str = APP_ACTOR, subscription_id: str | None = None, allow_http_hosts: Collection[str] = (),
-        resolver: Resolver | None = None) -> Added:
+        actor: str = APP_ACTOR, subscription_id: str | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, rate_per_second: float = DEFAULT_RATE_PER_SECOND,
+        allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> Added:
     """Subscribe ``url`` to ``tenant_id``'s events of ``event_types`` (None: every
-    type) and return its id (``subscription_id``, or a fresh ``wh_…``) and new
+    type), at most ``max_in_flight`` requests at once and ``rate_per_second``,
+    and return its id (``subscription_id``, or a fresh ``wh_…``) and new
     secret. ``allow_http_hosts`` and ``resolver`` are the sender's
     (WebhookConfig): the URL must pass the same SSRF guard as at send time.
     Raises InvalidSubscriptionError; nothing is written then."""
@@ -94,6 +100,7 @@ def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: It
     tenant_id = _check_id("tenant id", tenant_id)
     url = check_url(url, allow_http_hosts, resolver)
     types = check_event_types(event_types)
+    limits = check_limits(max_in_flight, rate_per_second)
     secret = new_secret()
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         known = cur.execute(SQL["tenant_known"], {"tenant_id": tenant_id}).fetchone()
@@ -102,37 +109,38 @@ def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: It
                                            "schedules or receiving accounts for it")
         created = cur.execute(SQL["insert_subscription"], {"webhook_id": webhook_id, "tenant_id": tenant_id,
                                                            "url": url, "secret": secret,
-                                                           "event_types": types}).fetchone()
+                                                           "event_types": types, **limits}).fetchone()
         if created is None:
             raise InvalidSubscriptionError(f"subscription id {webhook_id!r} is taken")
-        _record(conn, webhook_id, "add", actor, {"tenant_id": tenant_id, "url": url, "event_types": types})
+        _record(conn, webhook_id, "add", actor, {"tenant_id": tenant_id, "url": url, "event_types": types,
+                                                 **limits})
     return Added(webhook_id, secret)
 
 
 def update(conn: psycopg.Connection[Any], subscription_id: str, *, url: str | None = None,
-           event_types: Iterable[str] | None = None, all_event_types: bool = False, actor: str = APP_ACTOR,
+           event_types: Iterable[str] | None = None, all_event_types: bool = False,
+           max_in_flight: int | None = None, rate_per_second: float | None = None, actor: str = APP_ACTOR,
            allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> dict[str, Any]:
-    """Give ``subscription_id`` a new ``url`` and/or filter (``event_types``, or
-    ``all_event_types``); returns the changed fields, old and new. A filter
+    """Give ``subscription_id`` a new ``url``, filter (``event_types``, or
+    ``all_event_types``) and/or limits; returns the changed fields, old and new. A filter
     applies to the events fanned out after this commits. Raises
     InvalidSubscriptionError, UnknownSubscriptionError, SubscriptionDeletedError."""
     if event_types is not None and all_event_types:
         raise InvalidSubscriptionError("name event types or all of them, not both")
     set_types = event_types is not None or all_event_types
-    if url is None and not set_types:
-        raise InvalidSubscriptionError("nothing to change: give a URL or event types")
+    if url is None and not set_types and max_in_flight is None and rate_per_second is None:
+        raise InvalidSubscriptionError("nothing to change: give a URL, event types or limits")
     url = None if url is None else check_url(url, allow_http_hosts, resolver)
     types = None if all_event_types else check_event_types(event_types)
+    limits = check_limits(max_in_flight, rate_per_second)
     with conn.transaction():
         _lock(conn, subscription_id)
         before = show(conn, subscription_id)
         conn.execute(SQL["update_subscription"], {"webhook_id": subscription_id, "url": url,
-                                                  "event_types": types, "set_event_types": set_types})
-        changed = {}
-        if url is not None and url != before["url"]:
-            changed["url"] = {"from": before["url"], "to": url}
-        if set_types and types != before["event_types"]:
-            changed["event_types"] = {"from": before["event_types"], "to": types}
+                                                  "event_types": types, "set_event_types": set_types, **limits})
+        wanted = {"url": url, **limits, **({"event_types": types} if set_types else {})}
+        changed = {name: {"from": before[name], "to": value} for name, value in wanted.items()
+                   if (value is not None or name == "event_types") and value != before[name]}
         _record(conn, subscription_id, "update", actor, changed)
     return changed
 
@@ -182,6 +190,16 @@ def check_url(url: str, allow_http_hosts: Collection[str] = (), resolver: Resolv
     except (UnsafeTargetError, UnresolvableHostError) as exc:
         raise InvalidSubscriptionError(f"URL refused: {exc}") from None
     return url.strip()
+
+
+def check_limits(max_in_flight: int | None, rate_per_second: float | None) -> dict[str, Any]:
+    """The limits as stored (None: not given). Raises InvalidSubscriptionError."""
+    if max_in_flight is not None and not (isinstance(max_in_flight, int) and 1 <= max_in_flight <= MAX_IN_FLIGHT):
+        raise InvalidSubscriptionError(f"max in flight must be a whole number 1-{MAX_IN_FLIGHT}")
+    if rate_per_second is not None and not (math.isfinite(rate_per_second) and 0 < rate_per_second <= MAX_RATE):
+        raise InvalidSubscriptionError(f"rate must be > 0 and <= {MAX_RATE:g} requests per second")
+    return {"max_in_flight": max_in_flight,
+            "rate_per_second": None if rate_per_second is None else float(rate_per_second)}
 
 
 def check_event_types(event_types: Iterable[str] | None) -> list[str] | None:

@@ -74,19 +74,24 @@ SELECT EXISTS (SELECT 1 FROM billing_tenants WHERE tenant_id = %(tenant_id)s)
 
 -- name: insert_subscription --
 -- In: webhook_id, tenant_id, url, secret, event_types (text[] or NULL: every
--- type). Out: the new row's id, or NO row when the id is taken.
-INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, event_types)
-VALUES (%(webhook_id)s, %(tenant_id)s, %(url)s, %(secret)s, %(event_types)s::text[])
+-- type), max_in_flight, rate_per_second. Out: the new row's id, or NO row when
+-- the id is taken.
+INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, event_types, max_in_flight, rate_per_second)
+VALUES (%(webhook_id)s, %(tenant_id)s, %(url)s, %(secret)s, %(event_types)s::text[], %(max_in_flight)s,
+        %(rate_per_second)s)
 ON CONFLICT (id) DO NOTHING
 RETURNING id;
 
 -- name: update_subscription --
--- In: webhook_id, url, event_types, set_event_types (false: keep the filter).
+-- In: webhook_id, url, event_types, set_event_types (false: keep the filter),
+-- max_in_flight, rate_per_second (NULL: keep).
 -- Runs after lock_subscription; a URL change is what record_held compares a
 -- late 410's URL against.
 UPDATE webhook_subscriptions
    SET url = coalesce(%(url)s, url),
        event_types = CASE WHEN %(set_event_types)s THEN %(event_types)s::text[] ELSE event_types END,
+       max_in_flight = coalesce(%(max_in_flight)s::integer, max_in_flight),
+       rate_per_second = coalesce(%(rate_per_second)s::float8, rate_per_second),
        updated_at = now()
  WHERE id = %(webhook_id)s AND deleted_at IS NULL;
 
@@ -98,7 +103,8 @@ VALUES (%(webhook_id)s, %(action)s, %(actor)s, %(detail)s::jsonb);
 
 -- name: list_subscriptions --
 -- In: tenant_id (or NULL: all), include_deleted. Never the secrets.
-SELECT id, tenant_id, url, enabled, disabled_reason, event_types, created_at, updated_at, deleted_at
+SELECT id, tenant_id, url, enabled, disabled_reason, event_types, max_in_flight, rate_per_second,
+       created_at, updated_at, deleted_at
   FROM webhook_subscriptions
  WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
    AND (%(include_deleted)s OR deleted_at IS NULL)
@@ -107,8 +113,8 @@ SELECT id, tenant_id, url, enabled, disabled_reason, event_types, created_at, up
 -- name: show_subscription --
 -- In: webhook_id. Out: the row (never the secrets), how many previous secrets
 -- still sign beside the current one, and its deliveries by status.
-SELECT s.id, s.tenant_id, s.url, s.enabled, s.disabled_reason, s.event_types, s.created_at, s.updated_at,
-       s.deleted_at,
+SELECT s.id, s.tenant_id, s.url, s.enabled, s.disabled_reason, s.event_types, s.max_in_flight,
+       s.rate_per_second, s.created_at, s.updated_at, s.deleted_at,
        (SELECT count(*) FROM jsonb_array_elements(s.previous_secrets) p
          WHERE (p ->> 'until')::float8 > extract(epoch FROM now())) AS previous_secrets_signing,
        (SELECT coalesce(jsonb_object_agg(status, n), '{}')

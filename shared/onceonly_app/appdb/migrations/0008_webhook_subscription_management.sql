@@ -19,3 +19,16 @@ CREATE TABLE IF NOT EXISTS webhook_subscription_audit (
     detail      jsonb NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS webhook_subscription_audit_by_webhook ON webhook_subscription_audit (webhook_id, id);
+
+-- Per-endpoint limits (webhooks/endpoint_limits.py): requests in flight at once
+-- (lease slots in the coordination store) and requests per second (the bucket
+-- below). A request held back by either is delayed, not failed.
+ALTER TABLE webhook_subscriptions ADD COLUMN IF NOT EXISTS max_in_flight integer NOT NULL DEFAULT 10
+    CONSTRAINT webhook_subscriptions_max_in_flight CHECK (max_in_flight BETWEEN 1 AND 1000);
+ALTER TABLE webhook_subscriptions ADD COLUMN IF NOT EXISTS rate_per_second double precision NOT NULL DEFAULT 50
+    CONSTRAINT webhook_subscriptions_rate CHECK (rate_per_second > 0 AND rate_per_second <= 10000);
+CREATE TABLE IF NOT EXISTS webhook_endpoint_buckets (
+    webhook_id   text PRIMARY KEY REFERENCES webhook_subscriptions (id),
+    tokens       double precision NOT NULL,
+    refilled_at  timestamptz NOT NULL
+);

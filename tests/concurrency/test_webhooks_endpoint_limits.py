@@ -1,0 +1,174 @@
+"""Per-endpoint limits across replicas (docs/webhooks.md, "Per-endpoint
+limits"): several OS processes run the real retry handler at once against one
+subscription capped at MAX_IN_FLIGHT requests; the local receiver records when
+each request arrived and was answered. The cap is never exceeded, every
+delivery arrives exactly once, and a delivery held back by the cap used no
+attempt. Evidence: the receiver's history and the deliveries table."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import onceonly
+from onceonly_app.webhooks import subscriptions
+from onceonly_app.webhooks.deliveries import delivery_id_for
+from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, slot_name
+from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
+from tests.concurrency.race import run_workers
+from tests.support.webhook_workers import retry_worker
+from tests.support.webhooks import (
+    context,
+    deliveries,
+    drive_retries,
+    lambda_env,
+    message,
+    new_id,
+    scheduled_event,
+    sqs_event,
+    webhook_env,
+)
+
+pytestmark = pytest.mark.concurrency
+pytest_plugins = ("tests.support.webhook_fixtures",)
+
+WORKERS = 4
+EVENTS = 16
+MAX_IN_FLIGHT = 2
+LATENCY = 0.25  # the receiver's answer time: long enough for the workers' requests to overlap
+
+
+def max_overlap(requests: list[ReceivedRequest]) -> int:
+    """The most requests the receiver had open at one moment (arrived, not yet answered)."""
+    edges = sorted([(r.received_at, 1) for r in requests] + [(r.answered_at or r.received_at, -1) for r in requests],
+                   key=lambda edge: (edge[0], edge[1]))  # an answer before an arrival at the same instant
+    open_now = peak = 0
+    for _, step in edges:
+        open_now += step
+        peak = max(peak, open_now)
+    return peak
+
+
+def test_max_overlap_counts_open_requests() -> None:
+    def req(start: float, end: float) -> ReceivedRequest:
+        return ReceivedRequest("m", "e", 1, start, None, True, None, 200, end)
+
+    assert max_overlap([req(0, 1), req(0.5, 2), req(1.5, 3)]) == 2
+    assert max_overlap([req(0, 1), req(1, 2)]) == 1  # back to back is not concurrent
+    assert max_overlap([req(0, 3), req(1, 2), req(1.5, 2.5)]) == 3
+
+
+def _tenant(conn: psycopg.Connection[Any]) -> str:
+    tenant = new_id("tenant")
+    conn.execute("INSERT INTO billing_tenants (tenant_id) VALUES (%s)", (tenant,))
+    return tenant
+
+
+def test_replicas_never_exceed_the_endpoints_in_flight_cap_and_lose_nothing(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"))
+    with psycopg.connect(webhook_db, autocommit=True) as conn:
+        added = subscriptions.add(conn, _tenant(conn), "http://127.0.0.1:9/", max_in_flight=MAX_IN_FLIGHT,
+                                  allow_http_hosts={"127.0.0.1"})
+        url = receiver.endpoint(new_id("ep"), added.secret, Behaviour(latency=LATENCY))
+        subscriptions.update(conn, added.id, url=url, allow_http_hosts={"127.0.0.1"})
+        tenant = str(subscriptions.show(conn, added.id)["tenant_id"])
+        # Held while disabled, then released all at once: EVENTS deliveries due now for the replicas.
+        subscriptions.disable(conn, added.id, "filling the queue")
+        events = [new_id("evt") for _ in range(EVENTS)]
+        with lambda_env(env) as (dispatch, _):
+            assert dispatch(sqs_event([message(added.id, e, tenant_id=tenant) for e in events]),
+                            context("dispatch")) == {"batchItemFailures": []}
+        expected = [delivery_id_for(added.id, e) for e in events]
+        assert {r["status"] for r in deliveries(webhook_db, expected).values()} == {"held"}
+        assert receiver.history() == []
+        assert len(subscriptions.enable(conn, store.queue(env["WEBHOOK_QUEUE"]), added.id).released) == EVENTS
+
+    summaries = run_workers(retry_worker, WORKERS, tmp_path / "retry", env, won=lambda s: s["succeeded"] > 0)
+    with lambda_env(env) as (_, retry):  # the held-back ones come due again shortly
+        drive_retries(retry, lambda: len(receiver.successes()) == EVENTS)
+
+    history = receiver.history()
+    assert max_overlap(history) == MAX_IN_FLIGHT  # reached, never exceeded
+    assert sum(s["deferred"] for s in summaries) > 0  # the cap held some back: the replicas really contended
+    assert receiver.successes() == dict.fromkeys(expected, 1)  # nothing lost
+    assert Counter(r.webhook_id for r in history) == dict.fromkeys(expected, 1)  # nothing sent twice
+    rows = deliveries(webhook_db, expected)
+    # attempts restarted at the release; a held-back turn used none of them
+    assert {(r["status"], r["attempts"]) for r in rows.values()} == {("succeeded", 1)}
+
+
+RATE = 20.0
+TAKERS = 4
+TRIES = 60
+
+
+def _rate_taker(worker_no: int, barrier: Any, history_path: Path, db: str, webhook_id: str) -> None:
+    """Take tokens of ``webhook_id``'s bucket as fast as possible; record each grant's time."""
+    from psycopg_pool import ConnectionPool
+
+    from onceonly_app.webhooks.endpoint_limits import SQL
+    from tests.concurrency.race import BARRIER_TIMEOUT, History
+
+    history = History(history_path)
+    with ConnectionPool(db, min_size=1, max_size=1, open=True) as pool:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")  # connected before the barrier
+        barrier.wait(BARRIER_TIMEOUT)
+        for _ in range(TRIES):
+            with pool.connection() as conn:
+                granted = conn.execute(SQL["take_rate_token"], {"webhook_id": webhook_id, "rate": RATE}).fetchone()
+            history.write(worker=worker_no, at=time.time(), granted=granted is not None)
+            time.sleep(0.01)
+    history.close()
+
+
+def test_the_rate_bucket_grants_at_most_a_burst_plus_the_rate_across_processes(
+        webhook_db: str, tmp_path: Path) -> None:
+    with psycopg.connect(webhook_db, autocommit=True) as conn:
+        webhook_id = subscriptions.add(conn, _tenant(conn), "http://127.0.0.1:9/", rate_per_second=RATE,
+                                       allow_http_hosts={"127.0.0.1"}).id
+    events = run_workers(_rate_taker, TAKERS, tmp_path / "rate", webhook_db, webhook_id,
+                         won=lambda e: e["granted"])
+    grants = sorted(e["at"] for e in events if e["granted"])
+    assert len(events) == TAKERS * TRIES and len(grants) < len(events)  # some were refused: the bucket ran dry
+    # Any window of w seconds holds at most the burst (one second's worth) plus w x rate.
+    for i, start in enumerate(grants):
+        for j in range(i, len(grants)):
+            window = grants[j] - start
+            assert j - i + 1 <= RATE + RATE * window + 1, (j - i + 1, window)  # +1: clock skew between processes
+    assert len(grants) >= RATE  # the burst was granted
+
+
+def test_a_first_attempt_held_back_by_the_cap_is_delayed_without_using_an_attempt(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver
+) -> None:
+    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"))
+    with psycopg.connect(webhook_db, autocommit=True) as conn:
+        added = subscriptions.add(conn, _tenant(conn), "http://127.0.0.1:9/", max_in_flight=1,
+                                  allow_http_hosts={"127.0.0.1"})
+        subscriptions.update(conn, added.id, url=receiver.endpoint(new_id("ep"), added.secret),
+                             allow_http_hosts={"127.0.0.1"})
+        tenant = str(subscriptions.show(conn, added.id)["tenant_id"])
+    busy = store.acquire(slot_name(added.id, 0), ttl=30)  # another replica's request in flight
+    assert busy is not None
+    event_id = new_id("evt")
+    delivery_id = delivery_id_for(added.id, event_id)
+    with lambda_env(env) as (dispatch, retry):
+        assert dispatch(sqs_event([message(added.id, event_id, tenant_id=tenant)]),
+                        context("dispatch")) == {"batchItemFailures": []}
+        row = deliveries(webhook_db, [delivery_id])[delivery_id]
+        assert (row["status"], row["attempts"]) == ("retrying", 0) and receiver.history() == []
+        time.sleep(HELD_BACK_DELAY[1])  # due again
+        assert retry(scheduled_event(), context("retry", 20))["deferred"] >= 1
+        assert receiver.history() == []  # still held back: the slot is taken
+        assert store.release(busy)
+        drive_retries(retry, lambda: receiver.successes()[delivery_id] == 1)
+    row = deliveries(webhook_db, [delivery_id])[delivery_id]
+    assert (row["status"], row["attempts"]) == ("succeeded", 1)
