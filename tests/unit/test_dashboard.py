@@ -74,3 +74,15 @@ def test_explicit_service_dimensions_are_the_functions_service_names() -> None:
                 if isinstance(m[0], str) and m[0] == "onceonly"}
     source = _published_source()
     assert services and all(f'service="{service}"' in source for service in services), services
+
+
+def test_the_dashboard_shows_each_subscriptions_attempts_and_last_error_per_service() -> None:
+    _template, dashboard = _dashboard()
+    (widget,) = [w for w in dashboard["widgets"] if w["type"] == "log"]
+    query = widget["properties"]["query"]
+    # Both functions that attempt deliveries, their "attempt recorded" lines (service.py), grouped.
+    assert "SOURCE 'WebhookDispatchLogGroup'" in query and "SOURCE 'WebhookRetryLogGroup'" in query
+    assert "filter message = 'attempt recorded'" in query
+    assert "by webhook_id, service, outcome" in query and "latest(error)" in query
+    service_source = (ROOT / "shared" / "onceonly_app" / "webhooks" / "service.py").read_text(encoding="utf-8")
+    assert '"attempt recorded"' in service_source and '"webhook_id": webhook_id' in service_source
