@@ -19,7 +19,8 @@ import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, slot_name
-from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
+from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.simulate.subscription_checks import max_open
 from tests.concurrency.race import run_workers
 from tests.support.webhook_workers import retry_worker
 from tests.support.webhooks import (
@@ -41,26 +42,6 @@ WORKERS = 4
 EVENTS = 16
 MAX_IN_FLIGHT = 2
 LATENCY = 0.25  # the receiver's answer time: long enough for the workers' requests to overlap
-
-
-def max_overlap(requests: list[ReceivedRequest]) -> int:
-    """The most requests the receiver had open at one moment (arrived, not yet answered)."""
-    edges = sorted([(r.received_at, 1) for r in requests] + [(r.answered_at or r.received_at, -1) for r in requests],
-                   key=lambda edge: (edge[0], edge[1]))  # an answer before an arrival at the same instant
-    open_now = peak = 0
-    for _, step in edges:
-        open_now += step
-        peak = max(peak, open_now)
-    return peak
-
-
-def test_max_overlap_counts_open_requests() -> None:
-    def req(start: float, end: float) -> ReceivedRequest:
-        return ReceivedRequest("m", "e", 1, start, None, True, None, 200, end)
-
-    assert max_overlap([req(0, 1), req(0.5, 2), req(1.5, 3)]) == 2
-    assert max_overlap([req(0, 1), req(1, 2)]) == 1  # back to back is not concurrent
-    assert max_overlap([req(0, 3), req(1, 2), req(1.5, 2.5)]) == 3
 
 
 def _tenant(conn: psycopg.Connection[Any]) -> str:
@@ -95,7 +76,7 @@ def test_replicas_never_exceed_the_endpoints_in_flight_cap_and_lose_nothing(
         drive_retries(retry, lambda: len(receiver.successes()) == EVENTS)
 
     history = receiver.history()
-    assert max_overlap(history) == MAX_IN_FLIGHT  # reached, never exceeded
+    assert max_open(history) == MAX_IN_FLIGHT  # reached, never exceeded
     assert sum(s["deferred"] for s in summaries) > 0  # the cap held some back: the replicas really contended
     assert receiver.successes() == dict.fromkeys(expected, 1)  # nothing lost
     assert Counter(r.webhook_id for r in history) == dict.fromkeys(expected, 1)  # nothing sent twice

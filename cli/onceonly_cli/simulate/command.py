@@ -169,13 +169,13 @@ def cron_ticks(specs: dict[str, Any], now: datetime) -> dict[str, list[datetime]
 def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: str, specs: dict[str, Any],
           cleanup: ExitStack) -> Plan:
     tenants = run_tenants(run_id)
-    webhooks = WebhookLoad(run_id, rng, tenants)
-    webhooks.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
-    messages = webhooks.messages(args.events, stack.receiver)
     ticks = cron_ticks(specs, datetime.now(UTC))
     billing = BillingLoad(rng, {fid: job for fid, job in CRON_JOBS.items() if fid in specs and fid in BILLING_JOBS},
                           ticks, tenants)
-    billing.seed(stack.database_url)
+    billing.seed(stack.database_url)  # first: a subscription is only added for a tenant billing knows
+    webhooks = WebhookLoad(run_id, rng, tenants)
+    webhooks.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
+    messages = webhooks.messages(args.events, stack.receiver)
     payments = bridge = None
     verify_ses_sender(stack.aws_endpoint)
     if WATCHER in specs:

@@ -1,7 +1,8 @@
 """The webhook scenarios the report judges beyond exactly-once: a hostile
 Retry-After is clamped, a trickling answer is cut at the attempt's deadline
-and retried, no delivery crosses tenants, and a subscription disabled by a 410
-loses no event (held, then delivered once it is enabled again). Judged from what the receiver
+and retried, no delivery crosses tenants, a subscription disabled by a 410
+loses no event (held, then delivered once it is enabled again), and the
+subscriptions' filters and caps hold (subscription_checks.py). Judged from what the receiver
 saw and what the database holds after the run; the judge_* functions take
 plain data, so the tests can feed them a bad state."""
 
@@ -16,6 +17,7 @@ from psycopg.rows import dict_row
 
 from ..receiver import ReceivedRequest
 from .report import Invariant
+from .subscription_checks import judge_caps, judge_filters, judge_nothing_lost
 
 # (status, Retry-After, honoured): honoured values are valid per RFC 9110 and
 # longer than the cap, so the next attempt waits for the cap exactly; the
@@ -44,6 +46,14 @@ SELECT delivery_id, outcome, extract(epoch FROM started_at)::float8 AS started_a
 DELIVERIES = """
 SELECT d.id, d.webhook_id, d.tenant_id, s.tenant_id AS subscription_tenant, d.status
   FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.webhook_id"""
+FILTERS = "SELECT id, event_types FROM webhook_subscriptions WHERE id = ANY(%s)"
+# Events of the run's tenants whose type a filter of theirs leaves out (the
+# overdue job's invoice.overdue): the fan-out must have written none for them.
+UNWANTED_EVENTS = """
+SELECT count(*) FROM activity_events a
+ WHERE a.tenant_id = ANY(%(tenants)s) AND a.kind = ANY(%(types)s)
+   AND EXISTS (SELECT 1 FROM webhook_subscriptions s
+                WHERE s.id = ANY(%(ids)s) AND s.tenant_id = a.tenant_id AND NOT a.kind = ANY(s.event_types))"""
 OUTBOX_CROSSING = """
 SELECT o.webhook_id, o.event_id, o.tenant_id, s.tenant_id AS subscription_tenant
   FROM webhook_outbox o JOIN webhook_subscriptions s ON s.id = o.webhook_id
@@ -189,6 +199,8 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
     """``load``: the run's WebhookLoad (what was seeded, and the retry delays it
     sampled); ``cap``: WEBHOOK_MAX_RETRY_AFTER; ``longest``: the longest delay
     the retry schedule draws."""
+    from onceonly_app.billing.webhook_events import EVENT_TYPES
+
     requests = requests_of(history, set(load.tenant_of))
     with conn.cursor(row_factory=dict_row) as cur:
         deliveries = [d for d in cur.execute(DELIVERIES) if d["webhook_id"] in load.tenant_of]
@@ -197,9 +209,16 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
         for row in cur.execute(ATTEMPTS, (sorted(load.trickled),)):
             attempts.setdefault(row["delivery_id"], []).append(row)
         held_attempts = cur.execute(HELD_ATTEMPTS, (sorted(load.held),)).fetchall()
+        filters = {row["id"]: row["event_types"] for row in cur.execute(FILTERS, (sorted(load.tenant_of),))}
+        unwanted = cur.execute(UNWANTED_EVENTS, {"tenants": sorted(set(load.tenant_of.values())),
+                                                 "types": list(EVENT_TYPES), "ids": sorted(filters)}).fetchone()
     statuses = {d["id"]: d["status"] for d in deliveries}
+    accepted = {r.webhook_id for r in requests if r.accepted and r.webhook_id}
     return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed),
             judge_retry_after(requests, statuses, load.retry_after_of, cap, load.scheduled, longest),
             judge_trickle(requests, attempts, statuses, load.trickled, kills),
             judge_held([r for r in requests if r.endpoint == load.gone], held_attempts, statuses, load.held,
-                       load.disabled_at, load.enabled_at)]
+                       load.disabled_at, load.enabled_at),
+            judge_filters(requests, filters, set(EVENT_TYPES), int(unwanted["count"]) if unwanted else 0),
+            judge_caps(requests, load.caps),
+            judge_nothing_lost(statuses, {name: load.fed_to.get(name, set()) for name in load.caps}, accepted)]

@@ -12,11 +12,16 @@ subscriptions), a few scenario events (webhook_checks.py judges them):
 - a few misaddressed: the message names one tenant and another tenant's
   subscription, which must never receive it;
 - a few to a subscription whose endpoint answers 410 Gone until the run
-  enables the subscription again, once every one of them is held."""
+  enables the subscription again, once every one of them is held.
+
+Every subscription is created through the API (onceonly_app.webhooks.subscriptions.add,
+what `onceonly subscriptions add` runs), filtered to invoice.paid: the overdue job's
+invoice.overdue events are fanned out to none of them (subscription_checks.py judges
+it). The ordinary ones are capped at LOW_CAP requests in flight, so the replicas'
+attempts contend for their slots."""
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import threading
@@ -40,7 +45,8 @@ GONE_EVENTS = 4  # to the subscription a 410 disables: held until the run enable
 DUPLICATE_RATE = 0.15  # share of events that are delivered twice
 DUPLICATE_WINDOW = 40  # a duplicate lands within this many messages of the original
 
-INSERT_SUBSCRIPTION = "INSERT INTO webhook_subscriptions (id, tenant_id, url, secret) VALUES (%s, %s, %s, %s)"
+EVENT_FILTER = ["invoice.paid"]  # what every simulated subscription wants
+LOW_CAP = 2  # requests in flight to each ordinary subscription, across the replicas
 DELIVERY_STATUSES = "SELECT id, status FROM webhook_deliveries WHERE webhook_id = ANY(%s)"
 UNFINISHED_DELIVERIES = """
 SELECT count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead')), count(*),
@@ -63,10 +69,6 @@ SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.de
  WHERE d.webhook_id = ANY(%s) AND NOT a.recorded"""
 
 
-def new_secret(rng: random.Random) -> str:
-    return "whsec_" + base64.b64encode(rng.randbytes(24)).decode()
-
-
 @dataclass
 class WebhookLoad:
     run_id: str
@@ -74,6 +76,8 @@ class WebhookLoad:
     tenants: list[Tenant]
     subscription_ids: list[str] = field(default_factory=list)
     tenant_of: dict[str, str] = field(default_factory=dict)  # subscription (= endpoint name) -> its tenant
+    caps: dict[str, int] = field(default_factory=dict)  # capped subscription -> its max in flight
+    fed_to: dict[str, set[str]] = field(default_factory=dict)  # subscription -> the deliveries fed to it
     ordinary: list[str] = field(default_factory=list)  # the subscriptions ordinary events go to
     hostile: str = ""  # the subscription whose endpoint answers a hostile Retry-After
     trickling: str = ""  # the subscription whose endpoint trickles its first answers
@@ -99,12 +103,12 @@ class WebhookLoad:
         the hostile and trickling ones, scripted per delivery in messages()."""
         from ..receiver import Behaviour
 
-        with psycopg.connect(database_url) as conn:
+        with psycopg.connect(database_url, autocommit=True) as conn:
             for n, tenant in enumerate(self.tenants):
                 names = [f"sim-{self.run_id}-{n}-{k}" for k in range(SUBSCRIPTIONS)]
                 for name in names:
                     self._subscribe(conn, receiver, name, tenant, Behaviour(
-                        latency=latency, failure_rate=failure_rate, seed=self.rng.randrange(2**31)))
+                        latency=latency, failure_rate=failure_rate, seed=self.rng.randrange(2**31)), LOW_CAP)
                 self.ordinary += names
             self.hostile, self.trickling = f"sim-{self.run_id}-hostile", f"sim-{self.run_id}-trickle"
             self._subscribe(conn, receiver, self.hostile, self.tenants[1 % len(self.tenants)], Behaviour())
@@ -113,12 +117,20 @@ class WebhookLoad:
             self._subscribe(conn, receiver, self.gone, self.tenants[0], Behaviour(gone_until=self.revived))
 
     def _subscribe(self, conn: psycopg.Connection[Any], receiver: Any, name: str, tenant: Tenant,
-                   behaviour: Any) -> None:
-        secret = new_secret(self.rng)
-        url = receiver.endpoint(name, secret, behaviour)
-        conn.execute(INSERT_SUBSCRIPTION, (name, tenant.id, url, secret))
+                   behaviour: Any, cap: int | None = None) -> None:
+        """Create the subscription through the API; its endpoint verifies with the
+        secret add() returns."""
+        from onceonly_app.webhooks import subscriptions
+        from onceonly_app.webhooks.endpoint_limits import DEFAULT_MAX_IN_FLIGHT
+
+        added = subscriptions.add(conn, tenant.id, f"{receiver.base_url}/{name}", EVENT_FILTER, actor="simulate",
+                                  subscription_id=name, max_in_flight=cap or DEFAULT_MAX_IN_FLIGHT,
+                                  allow_http_hosts={"127.0.0.1"})  # the receiver, as the replicas allow it
+        receiver.endpoint(name, added.secret, behaviour)
         self.subscription_ids.append(name)
         self.tenant_of[name] = tenant.id
+        if cap is not None:
+            self.caps[name] = cap
 
     def subscriptions_by_tenant(self) -> dict[str, list[str]]:
         by_tenant: dict[str, list[str]] = {t.id: [] for t in self.tenants}
@@ -130,6 +142,7 @@ class WebhookLoad:
         from onceonly_app.webhooks.deliveries import delivery_id_for
 
         delivery_id = delivery_id_for(webhook_id, event_id)
+        self.fed_to.setdefault(webhook_id, set()).add(delivery_id)
         if delivery_id not in self.expected:
             self.expected.add(delivery_id)
             self.generated.add(delivery_id)
