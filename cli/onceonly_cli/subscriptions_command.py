@@ -22,7 +22,8 @@ from rich.table import Table
 import onceonly
 
 from .errors import CliError
-from .ops import Ops, missing_tables, open_ops
+from .ops import Ops, existing_targets, missing_tables, open_ops
+from .stores import check_database
 
 DEFAULT_REASON = "disabled by an operator"
 
@@ -95,7 +96,7 @@ def _sender_checks() -> dict[str, Any]:
     return {"allow_http_hosts": WebhookConfig.from_env().allow_http_hosts}
 
 
-def _add(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+def _add(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import add
 
     limits = {name: value for name, value in (("max_in_flight", args.max_in_flight),
@@ -108,10 +109,10 @@ def _add(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> D
     table.add_row("signing secret", added.secret)
     table.add_row("", "shown only now: configure your receiver with it")
     return Done({"id": added.id, "tenant_id": args.tenant, "url": args.url, "event_types": args.event_types,
-                 "secret": added.secret}, table)
+                 **limits, "secret": added.secret}, table)
 
 
-def _list(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+def _list(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import list_all
 
     rows = list_all(conn, args.tenant, include_deleted=args.include_deleted)
@@ -124,7 +125,7 @@ def _list(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> 
     return Done({"subscriptions": rows}, table)
 
 
-def _show(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+def _show(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import show
 
     row = show(conn, args.webhook_id)
@@ -143,7 +144,7 @@ def _show(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> 
     return Done(row, table)
 
 
-def _update(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+def _update(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import update
 
     changed = update(conn, args.webhook_id, url=args.url, event_types=args.event_types,
@@ -154,7 +155,7 @@ def _update(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -
                 f"{args.webhook_id}: {text or 'nothing changed'} (applies to events from now on)")
 
 
-def _rotate_secret(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+def _rotate_secret(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.rotation import DEFAULT_OVERLAP
     from onceonly_app.webhooks.subscriptions import rotate_secret
 
@@ -165,7 +166,7 @@ def _rotate_secret(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Names
                 f"the old secret keeps signing beside it for {overlap:g} s")
 
 
-def _disable(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+def _disable(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import disable
 
     changed = disable(conn, args.webhook_id, args.reason, actor=args.actor)
@@ -173,9 +174,10 @@ def _disable(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) 
                 f"{args.webhook_id}: {'disabled' if changed else 'was disabled already'}; its events are held")
 
 
-def _enable(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+def _enable(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import HOLD_RETENTION, enable
 
+    assert ops is not None  # STORE_ACTIONS: the command opened the store
     retention = HOLD_RETENTION if args.retention is None else args.retention
     done = enable(conn, ops.store.queue(ops.queue_name), args.webhook_id, retention=retention, actor=args.actor)
     return Done({"id": args.webhook_id, "released": done.released, "expired": done.expired},
@@ -183,7 +185,7 @@ def _enable(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -
                 f"{len(done.expired)} expired (held longer than {retention:g} s)")
 
 
-def _delete(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+def _delete(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     from onceonly_app.webhooks.subscriptions import delete
 
     dropped = delete(conn, args.webhook_id, actor=args.actor)
@@ -191,7 +193,8 @@ def _delete(ops: Ops, conn: psycopg.Connection[Any], args: argparse.Namespace) -
                 f"{args.webhook_id}: deleted; {len(dropped)} unfinished deliveries dropped")
 
 
-ACTIONS: dict[str, Callable[[Ops, psycopg.Connection[Any], argparse.Namespace], Done]] = {
+STORE_ACTIONS = frozenset({"enable"})  # the others need only the domain database
+ACTIONS: dict[str, Callable[[Ops | None, psycopg.Connection[Any], argparse.Namespace], Done]] = {
     "add": _add, "list": _list, "show": _show, "update": _update, "rotate-secret": _rotate_secret,
     "disable": _disable, "enable": _enable, "delete": _delete,
 }
@@ -222,22 +225,33 @@ def _json_value(value: Any) -> Any:
 
 
 def subscriptions_command(args: argparse.Namespace) -> int:
-    from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError, UnknownSubscriptionError
-
     if getattr(args, "actor", "") is None:
         args.actor = default_actor()
-    with open_ops(args.database, args.store) as ops, ops.pool.connection() as conn:
-        conn.autocommit = True  # each action commits its own transaction (enable before it queues)
-        try:
-            done = ACTIONS[args.action](ops, conn, args)
-        except (UnknownSubscriptionError, SubscriptionDeletedError, ValueError) as exc:
-            raise CliError(str(exc)) from None
-        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
-            raise missing_tables(exc) from None
-        except (psycopg.Error, onceonly.OnceOnlyError) as exc:
-            raise CliError(f"subscriptions {args.action} failed: {str(exc).splitlines()[0]}") from None
+    if args.action in STORE_ACTIONS:
+        with open_ops(args.database, args.store) as ops, ops.pool.connection() as conn:
+            conn.autocommit = True  # each action commits its own transaction (enable before it queues)
+            done = _run(ops, conn, args)
+    else:
+        database_url, _store = existing_targets(args.database, args.store)
+        check_database(database_url)
+        with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
+            done = _run(None, conn, args)
     if args.json:
         print(json.dumps(done.data, indent=2, sort_keys=True, default=_json_value))
     else:
         Console(soft_wrap=True).print(done.text)
     return 0
+
+
+def _run(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    """The action, with every error it can meet as one line."""
+    from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError, UnknownSubscriptionError
+
+    try:
+        return ACTIONS[args.action](ops, conn, args)
+    except (UnknownSubscriptionError, SubscriptionDeletedError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+        raise missing_tables(exc) from None
+    except (psycopg.Error, onceonly.OnceOnlyError) as exc:
+        raise CliError(f"subscriptions {args.action} failed: {str(exc).splitlines()[0]}") from None

@@ -181,7 +181,7 @@ def test_the_command_adds_lists_shows_updates_rotates_with_json_and_records_the_
         webhook_db: str, tenant: str, conn: psycopg.Connection) -> None:
     cli_env = {"DATABASE_URL": webhook_db, "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1"}
     added = run_cli("subscriptions", "add", "--tenant", tenant, "--url", "http://127.0.0.1:9/cli",
-                    "--event-types", "invoice.paid", "--json", env=cli_env)
+                    "--event-types", "invoice.paid", "--max-in-flight", "3", "--rate", "7.5", "--json", env=cli_env)
     assert added.returncode == 0, added.stderr
     made = json.loads(added.stdout)
     assert made["secret"].startswith("whsec_") and made["event_types"] == ["invoice.paid"]
@@ -191,6 +191,9 @@ def test_the_command_adds_lists_shows_updates_rotates_with_json_and_records_the_
     assert listed.returncode == 0, listed.stderr
     assert [s["id"] for s in json.loads(listed.stdout)["subscriptions"]] == [webhook_id]
     assert made["secret"] not in listed.stdout
+    shown_json = json.loads(run_cli("subscriptions", "show", webhook_id, "--json", env=cli_env).stdout)
+    assert (shown_json["max_in_flight"], shown_json["rate_per_second"]) == (3, 7.5)
+    assert [c["action"] for c in shown_json["changes"]] == ["add"]
     shown = run_cli("subscriptions", "show", webhook_id, env=cli_env)  # the terminal table
     assert shown.returncode == 0 and "invoice.paid" in shown.stdout and made["secret"] not in shown.stdout
 
