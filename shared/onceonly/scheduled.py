@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from .api import Lease, Store
 from .errors import ConfigError, LeaseLostError, OnceOnlyError
 from .heartbeat import Heartbeat
-from .stores._common import check_seconds
+from .stores._common import MAX_NAME_BYTES, check_name, check_seconds
 
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
 SCHEDULED_SOURCE = "aws.events"
@@ -132,6 +132,10 @@ def tick_lock_name(job: str, scheduled_time: datetime) -> str:
     return f"tick:{job}:{scheduled_time.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
+# What tick_lock_name adds to the job name: "tick:" and ":YYYY-MM-DDTHH:MM:SSZ".
+_TICK_NAME_OVERHEAD = len(tick_lock_name("", datetime(2000, 1, 1, tzinfo=UTC)))
+
+
 def scheduled_time_of(event: Any) -> datetime:
     """The scheduled time of an EventBridge scheduled event (timezone-aware, UTC).
     Raises InvalidEventError for anything else."""
@@ -163,8 +167,11 @@ def scheduled_time_of(event: Any) -> datetime:
 
 
 def _check_job(job: str) -> str:
-    if not isinstance(job, str) or not job.strip() or any(c.isspace() for c in job):
-        raise ConfigError(f"job must be a non-empty name without whitespace, got {job!r}")
+    """A job name every tick's lock name can be built from: checked here, at
+    decoration, or every tick of the job would fail at the store."""
+    check_name(job, "job", max_bytes=MAX_NAME_BYTES - _TICK_NAME_OVERHEAD)
+    if any(c.isspace() for c in job):
+        raise ConfigError(f"job must be a name without whitespace, got {job!r}")
     return job
 
 
