@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 
 from .api import Lease, Store
 from .errors import ConfigError, LeaseLostError, OnceOnlyError
-from .heartbeat import Heartbeat
+from .heartbeat import Heartbeat, LeaseClock
 from .stores._common import MAX_NAME_BYTES, check_name, check_seconds
 
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
@@ -72,7 +73,11 @@ class Tick:
     complete (it crashed, timed out or failed) and this run took over.
 
     The guard's heartbeat renews the lease from another thread while the body
-    runs; ``renew()`` is safe to call from the body too.
+    runs; ``renew()`` is safe to call from the body too. When the lease is lost
+    (its end passed, by this process's clock, without a successful renewal, or
+    a renewal found a newer run), ``lost`` turns true, ``wait_lost()`` returns
+    and every ``on_lost`` callback runs: a long body should stop then. A newer
+    run may own the tick from that moment; its fenced writes refuse this one's.
     """
 
     job: str
@@ -81,8 +86,11 @@ class Tick:
     lease: Lease
     ttl: float
     _store: Store = field(repr=False)
+    _clock: LeaseClock = field(repr=False)
     _renewing: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _lost: bool = field(default=False, repr=False)
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _losing: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lost_callbacks: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
     @property
     def lock_name(self) -> str:
@@ -103,23 +111,58 @@ class Tick:
 
     @property
     def lost(self) -> bool:
-        """True once a renewal (the heartbeat's or the body's) found that another
-        run took the tick over. The body may check it to stop early."""
-        return self._lost
+        """True once the tick's lease is lost (see the class docstring). The body
+        may check it between steps to stop early."""
+        return self._lost.is_set()
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking at once if the lease is lost;
+        True if it was. ``if tick.wait_lost(5): return`` instead of ``sleep(5)``."""
+        return self._lost.wait(timeout)
+
+    def on_lost(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` once when the lease is lost (at once if it already
+        was), from the heartbeat thread: e.g. to cancel a request in flight.
+        An exception it raises is logged, not propagated."""
+        with self._losing:
+            if not self._lost.is_set():
+                self._lost_callbacks.append(callback)
+                return
+        _call_quietly(callback)
 
     def renew(self, ttl: float | None = None) -> Lease:
         """Extend the tick's lease to now + ``ttl`` (default: the guard's ttl).
-        Raises LeaseLostError if another run took the tick over (also on every
-        call after that was found once)."""
+        Raises LeaseLostError if another run took the tick over, and on every
+        call once the lease was lost."""
         with self._renewing:  # the heartbeat and the body may renew at once
-            if self._lost:
-                raise LeaseLostError(f"tick {self.lease.name!r} token {self.token} was taken over by a newer run")
+            if self.lost:
+                raise LeaseLostError(f"tick {self.lease.name!r} token {self.token} lost its lease")
+            seconds = self.ttl if ttl is None else ttl
+            sent = time.monotonic()  # before the request: the lease ends no earlier than sent + ttl
             try:
-                self.lease = self._store.renew(self.lease, self.ttl if ttl is None else ttl)
-            except LeaseLostError:
-                self._lost = True
+                self.lease = self._store.renew(self.lease, seconds)
+            except LeaseLostError as exc:
+                self._lose(exc)
                 raise
+            self._clock.renewed(sent, seconds)
             return self.lease
+
+    def _lose(self, reason: LeaseLostError) -> None:
+        with self._losing:
+            if self._lost.is_set():
+                return
+            self._lost.set()
+            callbacks, self._lost_callbacks = self._lost_callbacks, []
+        for callback in callbacks:
+            _call_quietly(callback)
+
+
+def _call_quietly(callback: Callable[[], object]) -> None:
+    """An on_lost callback's error must not stop the others, nor the heartbeat."""
+    try:
+        callback()
+    except Exception:
+        _log.exception("a tick.on_lost callback failed")
 
 
 Body = Callable[[Any, Any, Tick], Any]
@@ -232,11 +275,12 @@ def scheduled(
         tick_store = _resolve(store)
         name = tick_lock_name(job, when)
         report: dict[str, Any] = {"job": job, "tick": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        asked = time.monotonic()  # before the request: the lease ends no earlier than asked + ttl
         lease = tick_store.acquire(name, ttl=ttl)
         if lease is None:
             return _skipped(tick_store, name, report, log, count)
         tick = Tick(job=job, scheduled_time=when, event_id=_event_id(event), lease=lease, ttl=ttl,
-                    _store=tick_store)
+                    _store=tick_store, _clock=LeaseClock(asked, ttl))
         context_fields = {"lock": name, "token": lease.token, "owner": lease.owner,
                           "event_id": tick.event_id}
         if tick.reclaimed:
@@ -244,7 +288,8 @@ def scheduled(
             log.warning("taking over a tick an earlier run did not complete", extra=context_fields)
         try:
             # Stopped (and joined) before the tick is completed or released below.
-            with Heartbeat(tick.renew, beat, name=name, log=log, fields=context_fields):
+            with Heartbeat(tick.renew, tick._clock, ttl, beat, name=name, on_lost=tick._lose, log=log,
+                           fields=context_fields):
                 result = body(event, context, tick)
         except LeaseLostError as exc:
             # A lease the body relies on (the tick's, or one of its own) was
