@@ -20,8 +20,12 @@ backend):
   (about 60 s, then 120 s later); the retry takes it over with a higher token
   (``Tick.reclaimed``).
 
-The body's own writes must still be idempotent or fenced with ``tick.token``: a
-run paused past its lease is not stopped, only refused at its next fenced write.
+The heartbeat renews against the lease's end (see :mod:`onceonly.heartbeat`):
+when the end passes without a successful renewal, the body is told
+(``tick.lost``, ``tick.wait_lost()``, ``tick.on_lost()``) so that a long body
+can stop. The body's own writes must still be idempotent or fenced with
+``tick.token``: a run paused past its lease is not stopped, only refused at its
+next fenced write.
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ SCHEDULED_SOURCE = "aws.events"
 # Well under Lambda's first retry of a failed asynchronous invocation (about
 # 60 s): a crashed run's tick must be free again when that retry arrives.
 DEFAULT_TTL = 30.0
-HEARTBEATS_PER_TTL = 3  # default heartbeat: ttl / 3, so two missed beats still keep the lease
+# Default heartbeat: ttl / 3. A renewal starts when two thirds of the lease are
+# left; a failed one is retried every ttl / 6, so two failures in a row, or one
+# renewal hanging for a store timeout of ttl / 3, still keep the lease.
+HEARTBEATS_PER_TTL = 3
 DEFAULT_KEEP = 7 * 86400.0
 
 _log = logging.getLogger("onceonly.scheduled")
@@ -244,10 +251,15 @@ def scheduled(
     ``store`` is a Store or a zero-argument callable returning one (called per
     invocation, so pass a cached factory such as ``onceonly_app.appdb.clients.coordination_store``).
     ``ttl`` is the tick's lease and ``heartbeat`` (default ``ttl / 3``) how often
-    a background thread renews it while the body runs. A run that dies stops
+    a background thread renews it while the body runs: each renewal starts
+    ``heartbeat`` after the previous successful one was sent, a failed one is
+    retried ``heartbeat / 2`` later while the lease lasts, and when the lease's
+    end passes unrenewed the body is told (``tick.lost``). A run that dies stops
     renewing, so its tick is free again within ``ttl``: keep ``ttl`` well under
     the platform's retry delay (Lambda retries a failed asynchronous invocation
-    after about 60 s) and well over the renewal's worst-case latency.
+    after about 60 s), and the store URL's ``timeout`` at most ``ttl / 3`` (the
+    default 10 s for the default 30 s), so that a renewal that hangs for the
+    whole timeout leaves time for another.
     ``logger`` (stdlib or Powertools) gets one structured line per outcome;
     ``metrics`` gets ``ticks_run``, ``ticks_skipped_duplicate``,
     ``ticks_superseded``, ``ticks_failed`` (every invocation that raises) and
