@@ -82,3 +82,54 @@ def test_a_bug_in_renew_is_not_swallowed() -> None:
         threading.excepthook = previous
     assert isinstance(errors[0], TypeError)
 
+
+
+def test_a_renewal_that_hangs_is_not_waited_for_past_the_lease_end() -> None:
+    """The old heartbeat sat in a hung renew() until the store's timeout; this
+    one gives the lease up at its end, with the renewal still hanging."""
+    release = threading.Event()
+    renew = Renewals(ttl=0.3)
+    clock = renew.clock
+
+    def hangs() -> None:
+        renew()
+        release.wait(30)
+
+    lost: list[tuple[float, bool]] = []
+    beat = Heartbeat(hangs, clock, 0.3, 0.1, name="n",
+                     on_lost=lambda error: lost.append((time.monotonic(), release.is_set())))
+    with beat:
+        try:
+            wait_until(lambda: lost, "the loss noticed")
+        finally:
+            release.set()  # before the exit, which waits for the renewal in flight
+    assert beat.lost is not None and "without a successful renewal" in str(beat.lost)
+    when, renewal_returned = lost[0]
+    assert not renewal_returned and when >= clock.ends_at  # not before the end either
+    assert renew.calls == 1  # one renewal in flight at a time
+
+
+def test_renewals_start_an_interval_after_the_previous_one_was_sent() -> None:
+    """A slow answer does not push the next renewal late: with renewals that
+    take 0.15 s, one starts every 0.2 s (the old heartbeat: every 0.35 s)."""
+    starts: list[float] = []
+    clock = LeaseClock(time.monotonic(), 0.6)
+
+    def slow() -> None:
+        sent = time.monotonic()
+        starts.append(sent)
+        time.sleep(0.15)
+        clock.renewed(sent, 0.6)
+
+    with Heartbeat(slow, clock, 0.6, 0.2, name="n") as beat:
+        wait_until(lambda: beat.beats >= 6, "six renewals")
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert beat.lost is None
+    assert sum(gaps) / len(gaps) < 0.3, gaps
+
+
+def test_the_lease_end_counts_from_before_the_request_less_the_drift_allowance() -> None:
+    clock = LeaseClock(100.0, 30.0)
+    assert clock.ends_at == 100.0 + 30.0 - (0.3 + 0.002)
+    clock.renewed(110.0, 30.0)
+    assert clock.ends_at == 110.0 + 30.0 - 0.302
