@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -93,11 +93,17 @@ class Tick:
     lease: Lease
     ttl: float
     _store: Store = field(repr=False)
-    _clock: LeaseClock = field(repr=False)
+    # time.monotonic() before the request that granted the lease was sent
+    # (default: now); the lease's end is counted from it.
+    asked_at: InitVar[float | None] = None
+    _clock: LeaseClock = field(init=False, repr=False)
     _renewing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
     _losing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost_callbacks: list[Callable[[], object]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self, asked_at: float | None) -> None:
+        self._clock = LeaseClock(time.monotonic() if asked_at is None else asked_at, self.ttl)
 
     @property
     def lock_name(self) -> str:
@@ -292,7 +298,7 @@ def scheduled(
         if lease is None:
             return _skipped(tick_store, name, report, log, count)
         tick = Tick(job=job, scheduled_time=when, event_id=_event_id(event), lease=lease, ttl=ttl,
-                    _store=tick_store, _clock=LeaseClock(asked, ttl))
+                    _store=tick_store, asked_at=asked)
         context_fields = {"lock": name, "token": lease.token, "owner": lease.owner,
                           "event_id": tick.event_id}
         if tick.reclaimed:

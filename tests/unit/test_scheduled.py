@@ -227,6 +227,29 @@ def test_heartbeat_that_finds_the_tick_taken_over_stops_and_the_run_is_supersede
     assert state is not None and state.token == 2 and state.owner == newer[0].owner and not state.completed
 
 
+def test_a_lost_tick_wakes_wait_lost_and_runs_every_on_lost_callback_once(
+        store: onceonly.Store, unique: str) -> None:
+    calls: list[str] = []
+
+    def failing() -> None:
+        calls.append("failing")
+        raise RuntimeError("a callback's bug")
+
+    def body(event: Any, context: Any, tick: onceonly.Tick) -> str:
+        tick.on_lost(failing)
+        tick.on_lost(lambda: calls.append("second"))  # runs although the first raised
+        assert not tick.wait_lost(0.05) and calls == []
+        take_over(tick)
+        assert tick.wait_lost(30), "wait_lost did not wake when the heartbeat found the takeover"
+        wait_for(lambda: heartbeat_threads() == [], "the heartbeat stopped")
+        tick.on_lost(lambda: calls.append("late"))  # registered after the loss: called at once
+        return "stale work"
+
+    handler = onceonly.scheduled(store, job=unique, ttl=0.6, heartbeat=0.05)(body)
+    assert handler(event_at("2026-11-29T02:00:00Z"), None)["status"] == "superseded"
+    assert calls == ["failing", "second", "late"]
+
+
 def test_an_unreachable_store_counts_a_failed_tick() -> None:
     metrics = CountingMetrics()
 
