@@ -135,8 +135,9 @@ class Tick:
 
     def on_lost(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` once when the lease is lost (at once if it already
-        was), from the heartbeat thread: e.g. to cancel a request in flight.
-        An exception it raises is logged, not propagated."""
+        was), on the thread that found the loss (the heartbeat's, or the body's
+        own ``renew()``): e.g. to cancel a request in flight. An exception it
+        raises is logged, not propagated."""
         with self._losing:
             if not self._lost.is_set():
                 self._lost_callbacks.append(callback)
