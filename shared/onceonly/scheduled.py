@@ -147,7 +147,8 @@ class Tick:
     def renew(self, ttl: float | None = None) -> Lease:
         """Extend the tick's lease to now + ``ttl`` (default: the guard's ttl).
         Raises LeaseLostError if another run took the tick over, and on every
-        call once the lease was lost."""
+        call once the lease was lost. Waits for a renewal in flight first (at
+        most the store's timeout)."""
         with self._renewing:  # the heartbeat and the body may renew at once
             if self.lost:
                 raise LeaseLostError(f"tick {self.lease.name!r} token {self.token} lost its lease")
@@ -162,6 +163,8 @@ class Tick:
             return self.lease
 
     def _lose(self, reason: LeaseLostError) -> None:
+        """Mark the tick lost (``reason``: what the heartbeat or renew found) and
+        run the on_lost callbacks, once."""
         with self._losing:
             if self._lost.is_set():
                 return
