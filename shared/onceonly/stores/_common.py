@@ -45,9 +45,10 @@ def new_owner() -> str:
     return secrets.token_hex(8)
 
 
-def check_name(name: str, what: str = "name") -> str:
+def check_name(name: str, what: str = "name", *, max_bytes: int = MAX_NAME_BYTES) -> str:
     """A lease name, queue name, item id or key prefix: a non-empty str without
-    NUL that encodes to at most MAX_NAME_BYTES of UTF-8 (so no lone surrogates)."""
+    NUL that encodes to at most ``max_bytes`` of UTF-8 (so no lone surrogates);
+    a smaller ``max_bytes`` for a part of a name that others are built from."""
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{what} must be a non-empty string, got {_short(name)}")
     if "\x00" in name:
@@ -56,8 +57,8 @@ def check_name(name: str, what: str = "name") -> str:
         size = len(name.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise ConfigError(f"{what} is not valid Unicode (a lone surrogate at index {exc.start})") from None
-    if size > MAX_NAME_BYTES:
-        raise ConfigError(f"{what} is {size} bytes in UTF-8; at most {MAX_NAME_BYTES} are allowed")
+    if size > max_bytes:
+        raise ConfigError(f"{what} is {size} bytes in UTF-8; at most {max_bytes} are allowed")
     return name
 
 
