@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly.stores.pgpool import split_options
+from onceonly.stores.pgpool import bounded_pool, split_options
 from tests.support.pgbouncer import PgBouncer
 
 TIMEOUT = 2.0  # the store's bound; its pool would wait TIMEOUT/2 for a connection
@@ -111,3 +111,20 @@ def waiting_backends(url: str) -> int:
             if count == 0 or time.monotonic() > deadline:
                 return count
             time.sleep(0.05)
+
+
+@pytest.mark.parametrize("through_pgbouncer", [False, True], ids=["direct", "pgbouncer"])
+def test_the_domain_pool_bounds_its_session_only_where_sessions_are_its_own(
+        postgres_url: str, pgbouncer: PgBouncer, through_pgbouncer: bool) -> None:
+    """Direct, the domain database's connections carry the statement bound for
+    their whole session (set once, no startup parameter). Behind a transaction
+    pooler they set nothing that would outlive a transaction, and stay bounded
+    on the client."""
+    url = pgbouncer.url(postgres_url, pool_mode="transaction") if through_pgbouncer else postgres_url
+    pool = bounded_pool(url, name="appdb-test", max_size=1, autocommit=False, session_bound=True)
+    try:
+        with pool.connection() as conn:
+            row = conn.execute("SHOW statement_timeout").fetchone()
+    finally:
+        pool.close()
+    assert row == (("0" if through_pgbouncer else "5s"),)
