@@ -81,7 +81,7 @@ def split_options(url: str) -> tuple[str, PgOptions]:
     apply, except that an RDS Proxy host implies ``pool_mode=transaction``."""
     url = url.strip()
     if "://" not in url:
-        return url, PgOptions(transaction_pooled=is_rds_proxy_host(url))
+        return url, PgOptions(transaction_pooled=_behind_rds_proxy(url))
     try:
         parts = urlsplit(url)
         options = parse_qsl(parts.query, keep_blank_values=True)
@@ -98,7 +98,14 @@ def split_options(url: str) -> tuple[str, PgOptions]:
                              quote_via=quote)
     conninfo = urlunsplit(parts._replace(query=driver_query))
     return conninfo, PgOptions(timeout=timeout_from(given),
-                               transaction_pooled=mode == "transaction" or is_rds_proxy_host(conninfo))
+                               transaction_pooled=mode == "transaction" or _behind_rds_proxy(conninfo))
+
+
+def _behind_rds_proxy(conninfo: str) -> bool:
+    try:
+        return is_rds_proxy_host(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
 
 
 def sets_own_statement_timeout(conninfo: str) -> bool:
@@ -140,8 +147,8 @@ def bounded_pool(
     for a malformed URL."""
     conninfo, options = split_options(url)
     half = options.timeout / 2
-    statement_timeout_ms = None if sets_own_statement_timeout(conninfo) else math.ceil(half * 1000)
-    bounded = bounded_conninfo(conninfo, options.timeout)
+    bounded = bounded_conninfo(conninfo, options.timeout)  # ConfigError for a malformed one
+    statement_timeout_ms = None if sets_own_statement_timeout(bounded) else math.ceil(half * 1000)
     source: str | RefreshingConninfo = bounded
     connection_class: type[BoundedConnection] = BoundedConnection
     if refresh_url is not None:
