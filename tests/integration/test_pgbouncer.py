@@ -5,6 +5,7 @@ timeout), and the server-side statement bound still holds there."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator
 
@@ -13,10 +14,11 @@ import pytest
 
 import onceonly
 from onceonly.stores.pgpool import bounded_pool, split_options
+from onceonly_cli.scratch import create_database, drop_database
 from tests.support.pgbouncer import PgBouncer
 
 TIMEOUT = 2.0  # the store's bound; its pool would wait TIMEOUT/2 for a connection
-FAST = TIMEOUT / 4  # a refusal must arrive well before that wait ends
+FAST = TIMEOUT / 10  # a refusal must arrive well before that wait ends (the server answers in ms)
 
 
 @pytest.fixture
@@ -30,12 +32,16 @@ def bouncer_store(postgres_pgbouncer_url: str) -> Iterator[onceonly.Store]:
 def refused_at_once(url: str, needle: str) -> str:
     store = onceonly.connect(url)
     try:
-        started = time.monotonic()
-        with pytest.raises(onceonly.StoreRefusedError, match=needle) as caught:
-            store.acquire("never-granted", ttl=30)
-        elapsed = time.monotonic() - started
+        return refuses_at_once(store, needle)
     finally:
         store.close()
+
+
+def refuses_at_once(store: onceonly.Store, needle: str) -> str:
+    started = time.monotonic()
+    with pytest.raises(onceonly.StoreRefusedError, match=needle) as caught:
+        store.acquire("never-granted", ttl=30)
+    elapsed = time.monotonic() - started
     assert elapsed < FAST, f"the refusal took {elapsed:.2f} s: it waited for a pool timeout"
     return str(caught.value)
 
@@ -66,6 +72,31 @@ def test_an_unknown_database_is_reported_at_once_with_the_servers_message(
     url = postgres_server_url.rsplit("/", 1)[0] + "/onceonly_no_such_database"
     url = pgbouncer.url(url, timeout=f"{TIMEOUT:g}") if through_pgbouncer else f"{url}?timeout={TIMEOUT:g}"
     refused_at_once(url, 'database "onceonly_no_such_database" does not exist')
+
+
+def test_a_warm_store_keeps_reporting_a_refusal_at_once_and_sees_the_fix(postgres_server_url: str) -> None:
+    """A warm container's next calls fail fast too, also while the pool's own
+    retry of the refused connect is pending; once the database exists, a call
+    within the pool's retry window (TIMEOUT/2) works."""
+    name = f"onceonly_late_{secrets.token_hex(4)}"
+    store = onceonly.connect(f"{postgres_server_url.rsplit('/', 1)[0]}/{name}?timeout={TIMEOUT:g}")
+    try:
+        for _ in range(4):
+            refuses_at_once(store, f'database "{name}" does not exist')
+            time.sleep(TIMEOUT / 4)  # spans the pool's first retries of the connect
+        create_database(postgres_server_url, name)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                store.setup()
+                break
+            except onceonly.StoreRefusedError:
+                assert time.monotonic() < deadline, "the fixed database was never seen"
+                time.sleep(0.05)
+        assert store.acquire("seen", ttl=30) is not None
+    finally:
+        store.close()
+        drop_database(postgres_server_url, name)
 
 
 def test_an_unknown_role_is_reported_at_once(postgres_url: str) -> None:

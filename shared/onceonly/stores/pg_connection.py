@@ -24,6 +24,7 @@ import logging
 import re
 import selectors
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -143,16 +144,31 @@ class FailFastPool(ConnectionPool[Any]):
     """A pool whose callers learn of a permanent connection refusal at once.
     psycopg_pool connects in a background worker and lets a waiting caller
     time out ("couldn't get a connection after 5.00 sec"), logging the cause
-    only as a warning; this one hands that cause to every waiting caller."""
+    only as a warning; this one hands that cause to every waiting caller, and
+    to every caller until the pool's own retries of that connect are over
+    (``reconnect_timeout``): a warm container keeps failing fast, and the
+    first call after that tries afresh, so a fixed configuration is seen."""
+
+    _refusal: tuple[float, str] | None = None  # (until, the server's message)
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        refusal = self._refusal
+        if refusal is not None and time.monotonic() < refusal[0]:
+            raise ConnectionRefusedByServer(refusal[1])
+        return super().getconn(timeout)
 
     def _connect(self, timeout: float | None = None) -> Any:
         try:
-            return super()._connect(timeout)
+            conn = super()._connect(timeout)
         except psycopg.OperationalError as exc:
             if is_permanent_refusal(exc):
-                self._fail_waiting(f"the server refused the connection (a retry will not help until the "
-                                   f"configuration changes): {str(exc).strip()}")
+                message = (f"the server refused the connection (a retry will not help until the "
+                           f"configuration changes): {str(exc).strip()}")
+                self._refusal = (time.monotonic() + self.reconnect_timeout, message)
+                self._fail_waiting(message)
             raise
+        self._refusal = None
+        return conn
 
     def _fail_waiting(self, message: str) -> None:
         with self._lock:
