@@ -108,7 +108,7 @@ def _behind_rds_proxy(conninfo: str) -> bool:
         raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
 
 
-def sets_own_statement_timeout(conninfo: str) -> bool:
+def _sets_own_statement_timeout(conninfo: str) -> bool:
     return "statement_timeout" in str(conninfo_to_dict(conninfo).get("options", ""))
 
 
@@ -148,7 +148,7 @@ def bounded_pool(
     conninfo, options = split_options(url)
     half = options.timeout / 2
     bounded = bounded_conninfo(conninfo, options.timeout)  # ConfigError for a malformed one
-    statement_timeout_ms = None if sets_own_statement_timeout(bounded) else math.ceil(half * 1000)
+    statement_timeout_ms = None if _sets_own_statement_timeout(bounded) else math.ceil(half * 1000)
     source: str | RefreshingConninfo = bounded
     connection_class: type[BoundedConnection] = BoundedConnection
     if refresh_url is not None:
