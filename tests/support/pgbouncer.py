@@ -59,7 +59,8 @@ class PgBouncer:
     def __init__(self, server_url: str, pool_mode: str = "transaction") -> None:
         parts = urlsplit(server_url)
         if parts.hostname != "127.0.0.1" or parts.port is None:
-            raise PgBouncerError(f"PgBouncer fronts a PostgreSQL on 127.0.0.1:PORT, got {server_url!r}")
+            raise PgBouncerError(f"the PgBouncer tests need PostgreSQL on 127.0.0.1:PORT (not an embedded one on "
+                                 f"a socket), got {server_url!r}: start it, or set ONCEONLY_TEST_POSTGRES_URL")
         self._server = parts
         self._pool_mode = pool_mode
         self.port = _free_port()
