@@ -18,15 +18,14 @@ from .stores import check_database
 
 
 def rotate_secret_command(args: argparse.Namespace) -> int:
-    from psycopg_pool import ConnectionPool
-
+    from onceonly.stores.pgpool import bounded_pool
     from onceonly_app.webhooks.deliveries import DeliveryRepository
     from onceonly_app.webhooks.rotation import DEFAULT_OVERLAP, UnknownSubscriptionError, rotate_secret
 
     overlap = DEFAULT_OVERLAP if args.overlap is None else args.overlap
     database_url = args.database or os.environ.get("DATABASE_URL") or DEFAULT_POSTGRES_URL
     check_database(database_url)
-    with ConnectionPool(database_url, min_size=0, max_size=1, timeout=5, open=True, name="onceonly-cli") as pool:
+    with bounded_pool(database_url, name="onceonly-cli", max_size=1, autocommit=False, session_bound=True) as pool:
         try:
             secret = rotate_secret(DeliveryRepository(pool), args.webhook_id, overlap=overlap)
         except UnknownSubscriptionError as exc:

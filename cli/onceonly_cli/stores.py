@@ -58,10 +58,12 @@ def resolve_targets(
 def check_database(url: str, timeout: int = 3) -> None:
     import psycopg
 
+    from onceonly.stores.pgpool import split_options
+
     if not url.startswith(("postgresql://", "postgres://")):
         raise CliError(f"--database must be a postgresql:// URL, got {redact(url)!r}")
     try:
-        with psycopg.connect(url, connect_timeout=timeout):
+        with psycopg.connect(split_options(url)[0], connect_timeout=timeout):  # without onceonly's options
             pass
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -15,7 +15,9 @@ SCHEMES = ("postgresql", "postgres", "redis", "rediss", "dynamodb")
 def connect(url: str, *, refresh_url: Callable[[], str] | None = None) -> Store:
     """Open a store from a URL:
 
-    - ``postgresql://user@host:5432/db`` (psycopg 3 pool)
+    - ``postgresql://user@host:5432/db`` (psycopg 3 pool; ``?pool_mode=transaction``
+      behind a transaction pooler such as PgBouncer or Supavisor, implied by an
+      RDS Proxy host: no prepared statements, no session state)
     - ``redis://host:6379/0`` or ``rediss://…`` (redis-py; ``?prefix=`` changes the key
       prefix, ``?wait_replicas=1&wait_timeout_ms=500`` turns on durable mode; a server
       whose ``maxmemory-policy`` is not ``noeviction`` is refused with ConfigError

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import psycopg
 
+from onceonly.stores.pg_connection import prepare_threshold_for
+from onceonly.stores.pgpool import split_options
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 _TRACKING_TABLE = """
@@ -19,10 +22,15 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 CONNECT_TIMEOUT = 10  # seconds: an unreachable database fails the deploy, not hangs it
 
 
-def migrate(conninfo: str) -> list[str]:
-    """Apply pending migrations; returns the names applied now."""
+def migrate(url: str) -> list[str]:
+    """Apply pending migrations; returns the names applied now. ``url`` may
+    carry onceonly's own options (``timeout``, ``pool_mode``: behind a
+    transaction pooler nothing is prepared, as in the functions' pool)."""
     applied_now: list[str] = []
-    with psycopg.connect(conninfo, connect_timeout=CONNECT_TIMEOUT) as conn, conn.transaction():
+    conninfo, options = split_options(url)
+    with psycopg.connect(conninfo, connect_timeout=CONNECT_TIMEOUT,
+                         prepare_threshold=prepare_threshold_for(options.transaction_pooled)) as conn, \
+            conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('appdb.migrate'))")
         conn.execute(_TRACKING_TABLE)
         done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
