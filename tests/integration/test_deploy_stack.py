@@ -212,8 +212,11 @@ def test_the_dispatch_function_is_capped_by_its_parameters() -> None:
     assert mapping["Properties"]["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "DispatchMaximumConcurrency"}}
     assert default["Parameters"]["DispatchMaximumConcurrency"]["Default"] == 5
     assert "ReservedConcurrentExecutions" not in default["Resources"]["WebhookDispatchFunction"]["Properties"]
-    reserved = _deployed(DispatchReservedConcurrency="8")["Resources"]["WebhookDispatchFunction"]["Properties"]
-    assert reserved["ReservedConcurrentExecutions"] == {"Ref": "DispatchReservedConcurrency"}
+    reserved = _deployed(DispatchReservedConcurrency="match")["Resources"]["WebhookDispatchFunction"]["Properties"]
+    assert reserved["ReservedConcurrentExecutions"] == {"Ref": "DispatchMaximumConcurrency"}
+    # No number to get wrong: 0 throttles everything, less than the SQS cap throttles its pollers.
+    assert default["Parameters"]["DispatchReservedConcurrency"]["AllowedValues"] == ["none", "match"]
+    assert default["Parameters"]["DispatchMaximumConcurrency"]["MinValue"] >= 2
 
 
 def test_alarms_notify_the_topic_and_cover_every_function() -> None:
@@ -229,12 +232,58 @@ def test_alarms_notify_the_topic_and_cover_every_function() -> None:
         assert ("Errors", function) in watched and ("Throttles", function) in watched, function
     for service in ("overdue-invoices", "notifications", "recurring-billing", "payment-watcher"):
         assert ("ticks_failed", service) in watched
-    assert ("ticks_run", "payment-watcher") in watched  # the stale watcher
+    # "No tick ran" for every scheduled job: a disabled rule or failing invocations page someone.
+    stale = {a["Properties"]["Dimensions"][0]["Value"]: a["Properties"] for a in alarms.values()
+             if a["Properties"]["ComparisonOperator"] == "LessThanThreshold"}
+    assert sorted(stale) == ["notifications", "overdue-invoices", "payment-watcher", "recurring-billing",
+                             "webhook-retry"]
+    for service, alarm in stale.items():
+        assert alarm["TreatMissingData"] == "breaching" and alarm["Threshold"] == 1, service
+        assert alarm["MetricName"] == ("retry_queue_depth" if service == "webhook-retry" else "ticks_run")
+    window = {service: a["Period"] * a["EvaluationPeriods"] for service, a in stale.items()
+              if not isinstance(a["EvaluationPeriods"], dict)}
+    for service, interval in SCHEDULE_SECONDS.items():
+        assert interval < window[service] <= interval + 3600, service  # longer than one interval, not much
+    assert ("notifications_failed", "notifications") in watched
     metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
     assert {"ApproximateAgeOfOldestMessage", "ApproximateNumberOfMessagesVisible"} <= metrics
     subscription = next(iter(_of_type(deployed, "AWS::SNS::Subscription").values()))["Properties"]
     assert subscription == {"TopicArn": {"Ref": "AlarmTopic"}, "Protocol": "email", "Endpoint": {"Ref": "AlarmEmail"}}
     assert not _of_type(_deployed(), "AWS::SNS::Subscription")
+
+
+SCHEDULE_SECONDS = {"webhook-retry": 60, "notifications": 300, "overdue-invoices": 3600,
+                    "recurring-billing": 86400}
+
+
+def test_the_schedules_the_stale_alarms_assume() -> None:
+    rules = {r["Properties"]["Targets"][0]["Arn"]["Fn::GetAtt"][0]: r["Properties"]["ScheduleExpression"]
+             for r in _of_type(_deployed(), "AWS::Events::Rule").values()}
+    assert rules["WebhookRetryFunction"] == "rate(1 minute)"
+    assert rules["NotificationsFunction"] == "rate(5 minutes)"
+    assert rules["OverdueInvoicesFunction"] == "cron(0 * * * ? *)"  # hourly: tenants' due days end at any hour
+    assert rules["RecurringBillingFunction"].startswith("cron(") and " * * ? *)" in rules["RecurringBillingFunction"]
+
+
+def test_outputs_name_every_function_log_group_and_the_table() -> None:
+    deployed = _deployed()
+    outputs = {name: o["Value"].get("Ref") for name, o in deployed["Outputs"].items() if isinstance(o["Value"], dict)}
+    for kind in ("AWS::Lambda::Function", "AWS::Logs::LogGroup"):
+        for name in _of_type(deployed, kind):
+            assert name in outputs.values(), f"no output names {name}"
+    assert outputs["CoordinationTableName"] == "CoordinationTable"
+    assert deployed["Outputs"]["CoordinationTableName"]["Condition"] == "UseDynamoDB"  # no table, no output
+
+
+@pytest.mark.parametrize(("address", "allowed"), [
+    ("billing@example.com", False), ("x@example.org", False), ("billing", False), ("a b@c.io", False),
+    ("invoices@billing.onceonly.dev", True), ("ops@example.company.io", True)])
+def test_the_ses_sender_must_be_a_real_address(address: str, allowed: bool) -> None:
+    import re
+
+    spec = _deployed()["Parameters"]["SesFromAddress"]
+    assert "Default" not in spec  # no placeholder SES would refuse
+    assert bool(re.fullmatch(spec["AllowedPattern"], address)) is allowed
 
 
 def test_failed_ticks_go_to_the_tick_failure_queue_and_it_alarms() -> None:
