@@ -261,7 +261,7 @@ def test_the_schedules_the_stale_alarms_assume() -> None:
              for r in _of_type(_deployed(), "AWS::Events::Rule").values()}
     assert rules["WebhookRetryFunction"] == "rate(1 minute)"
     assert rules["NotificationsFunction"] == "rate(5 minutes)"
-    assert rules["OverdueInvoicesFunction"] == "cron(0 * * * ? *)"  # hourly: tenants' due days end at any hour
+    assert rules["OverdueInvoicesFunction"] == "rate(1 hour)"  # hourly: tenants' due days end at any hour
     assert rules["RecurringBillingFunction"].startswith("cron(") and " * * ? *)" in rules["RecurringBillingFunction"]
 
 
