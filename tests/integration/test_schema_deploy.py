@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import onceonly
 from onceonly_app.appdb import migrate
 from onceonly_app.appdb.schema import apply_schema
 from tests.e2e.cli_support import one_line_error, run_cli
-from tests.support.built_schema_function import BuiltFunction, build, finished
+from tests.support.built_schema_function import BuiltFunction, build, finished, finished_at
 from tests.support.cfn_response import ResponseUrl
 from tests.support.scratch import delete_table, scratch_database
 
@@ -208,6 +209,39 @@ def test_a_run_answered_failed_at_its_timeout_never_commits(
     assert answer["Status"] == "FAILED" and "did not finish" in answer["Reason"], answer
     assert response_url.answers[1:] == [answer]  # the late run sent nothing else
     assert "slow_marker" not in _tables(fresh_db) and "9999_slow.sql" not in _applied(fresh_db)
+
+
+SLOW_COMMIT = """
+CREATE TABLE commit_marker (id int PRIMARY KEY);
+CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON commit_marker DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION slow_commit();
+SELECT pg_sleep(1); SELECT pg_sleep(1); SELECT pg_sleep(1);
+INSERT INTO commit_marker VALUES (1);
+"""
+
+
+def test_a_timeout_during_the_commit_waits_for_its_outcome(
+        built: BuiltFunction, fresh_db: str, response_url: ResponseUrl, tmp_path: Path) -> None:
+    """The run claims its commit before the watchdog's time, and its COMMIT
+    (a deferred trigger sleeps in it) is still running when that time comes:
+    the watchdog must wait for the COMMIT's outcome, not answer FAILED for a
+    run that then commits."""
+    slow = migrations(tmp_path, "slow_commit", {"9999_slow_commit.sql": SLOW_COMMIT})
+    env = code_env(fresh_db, 1)
+    assert finished(built.invoke(request("Create", response_url, properties(1)), env))["Status"] == "SUCCESS"
+    # The watchdog answers 5 s after the start: the statements get 4-5 s each (statement_timeout), the
+    # sleeps before the claim 3 s, the COMMIT 3 s more, so the COMMIT is running at the watchdog's time.
+    running = built.invoke(request("Update", response_url, properties(1, SchemaRunId="x")), env,
+                           timeout=ANSWER_MARGIN + 5.0, migrations=slow)
+    while not response_url.answers[1:] and running.poll() is None:
+        threading.Event().wait(0.05)
+    answered_at = time.time()
+    answer, timeout_at = finished_at(running)
+    assert answered_at > timeout_at - ANSWER_MARGIN, "answered before the watchdog's time: not the case tested"
+    assert response_url.answers[1:] == [answer]
+    assert answer["Status"] == "SUCCESS", answer  # the COMMIT returned within the grace: its own answer
+    assert "commit_marker" in _tables(fresh_db) and "9999_slow_commit.sql" in _applied(fresh_db)
 
 
 # -- the migration on a live database ------------------------------------------------------------------------

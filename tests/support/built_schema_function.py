@@ -60,9 +60,14 @@ def build(build_dir: Path) -> BuiltFunction:
 
 def finished(process: subprocess.Popen[str], limit: float = 120.0) -> dict[str, Any]:
     """The handler's return value; the invocation must end on its own."""
+    return finished_at(process, limit)[0]
+
+
+def finished_at(process: subprocess.Popen[str], limit: float = 120.0) -> tuple[dict[str, Any], float]:
+    """The handler's return value and the wall-clock time of its function's timeout."""
     stdout, stderr = process.communicate(timeout=limit)
     assert process.returncode == 0, stderr[-3000:]
-    return json.loads(stdout.strip().splitlines()[-1])
+    return json.loads(stdout.strip().splitlines()[-1]), json.loads(stderr.splitlines()[0])["timeout_at"]
 
 
 

@@ -7,7 +7,8 @@ the deployed tree:
         [--break MODULE]...   importing MODULE fails (as a wrong-platform build's psycopg does)
         [--migrations DIR]    the layer ships the migrations in DIR (an upgrade, a bad one)
 
-Prints the handler's return value as JSON on stdout."""
+Prints the handler's return value as JSON on stdout, and the wall-clock time
+of the function's timeout as the first line of stderr."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def main() -> None:
 
         migrate.MIGRATIONS_DIR = Path(args.migrations)
     context = Context(args.timeout)
+    # when the function would time out, for a test that needs to know when the watchdog answers
+    print(json.dumps({"timeout_at": time.time() + args.timeout}), file=sys.stderr, flush=True)
     import app  # the handler module, loaded as the runtime loads it
 
     print(json.dumps(app.handler(json.loads(args.event), context)))
