@@ -10,6 +10,7 @@ meeting a missing schema: one log line naming the fix."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 import uuid
@@ -191,19 +192,27 @@ def test_an_unreachable_database_answers_failed_with_its_reason(
     assert "\n" not in answer["Reason"]
 
 
+def _slow_update(built: BuiltFunction, database: str, cfn: ResponseUrl, slow: Path,
+                 watchdog_after: float) -> subprocess.Popen[str]:
+    """Create, then an Update that ships the ``slow`` migrations with a function
+    timeout that has the watchdog answer ``watchdog_after`` s in; returns once
+    the Update is answered (or its run ended)."""
+    env = code_env(database, 1)
+    assert finished(built.invoke(request("Create", cfn, properties(1)), env))["Status"] == "SUCCESS"
+    running = built.invoke(request("Update", cfn, properties(1, SchemaRunId="x")), env,
+                           timeout=ANSWER_MARGIN + watchdog_after, migrations=slow)
+    while not cfn.answers[1:] and running.poll() is None:
+        threading.Event().wait(0.05)
+    return running
+
+
 def test_a_run_answered_failed_at_its_timeout_never_commits(
         built: BuiltFunction, fresh_db: str, response_url: ResponseUrl, tmp_path: Path) -> None:
     """Each statement is shorter than the statement timeout, together they
     outlast the watchdog: it answers FAILED while the run goes on, and the run
     must then roll back instead of committing."""
-    slow = migrations(tmp_path, "slow", {"9999_slow.sql": "SELECT pg_sleep(0.7); " * 8 +
-                                         "CREATE TABLE slow_marker (id int PRIMARY KEY);"})
-    env = code_env(fresh_db, 1)
-    assert finished(built.invoke(request("Create", response_url, properties(1)), env))["Status"] == "SUCCESS"
-    running = built.invoke(request("Update", response_url, properties(1, SchemaRunId="x")), env,
-                           timeout=ANSWER_MARGIN + 4.0, migrations=slow)
-    while not response_url.answers[1:] and running.poll() is None:
-        threading.Event().wait(0.05)
+    running = _slow_update(built, fresh_db, response_url, migrations(tmp_path, "slow", {
+        "9999_slow.sql": "SELECT pg_sleep(0.7); " * 8 + "CREATE TABLE slow_marker (id int PRIMARY KEY);"}), 4.0)
     assert running.poll() is None, "the run ended before the watchdog answered: not a timeout"
     answer = finished(running)
     assert answer["Status"] == "FAILED" and "did not finish" in answer["Reason"], answer
@@ -227,15 +236,10 @@ def test_a_timeout_during_the_commit_waits_for_its_outcome(
     (a deferred trigger sleeps in it) is still running when that time comes:
     the watchdog must wait for the COMMIT's outcome, not answer FAILED for a
     run that then commits."""
-    slow = migrations(tmp_path, "slow_commit", {"9999_slow_commit.sql": SLOW_COMMIT})
-    env = code_env(fresh_db, 1)
-    assert finished(built.invoke(request("Create", response_url, properties(1)), env))["Status"] == "SUCCESS"
     # The watchdog answers 5 s after the start: the statements get 4-5 s each (statement_timeout), the
     # sleeps before the claim 3 s, the COMMIT 3 s more, so the COMMIT is running at the watchdog's time.
-    running = built.invoke(request("Update", response_url, properties(1, SchemaRunId="x")), env,
-                           timeout=ANSWER_MARGIN + 5.0, migrations=slow)
-    while not response_url.answers[1:] and running.poll() is None:
-        threading.Event().wait(0.05)
+    running = _slow_update(built, fresh_db, response_url,
+                           migrations(tmp_path, "slow_commit", {"9999_slow_commit.sql": SLOW_COMMIT}), 5.0)
     answered_at = time.time()
     answer, timeout_at = finished_at(running)
     assert answered_at > timeout_at - ANSWER_MARGIN, "answered before the watchdog's time: not the case tested"
