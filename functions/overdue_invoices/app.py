@@ -1,4 +1,4 @@
-"""OverdueInvoicesFunction (cron(0 2 * * ? *)): once per tick on any number of
+"""OverdueInvoicesFunction (hourly, rate(1 hour)): once per tick on any number of
 replicas, move open invoices past due to `overdue` (onceonly_app.billing.overdue)."""
 
 from __future__ import annotations

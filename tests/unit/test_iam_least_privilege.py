@@ -39,8 +39,8 @@ MANAGED_POLICIES = {
 }
 
 
-def deployed(kind: str) -> dict[str, Any]:
-    parameters = parameters_for(kind)
+def deployed(kind: str, **extra: str) -> dict[str, Any]:
+    parameters = parameters_for(kind, **extra)
     template = transformed(parameters)
     return Conditions(template, parameters).deployed(template)
 
@@ -97,6 +97,20 @@ def test_every_aws_managed_policy_is_known_and_justified(kind: str) -> None:
     names = managed_policy_names(deployed(kind))
     assert "service-role/AWSLambdaBasicExecutionRole" in names  # the roles were read
     assert names - MANAGED_POLICIES.keys() == set()
+
+
+def roles_with(template: dict[str, Any], policy: str) -> list[str]:
+    return [name for name, resource in template["Resources"].items() if resource["Type"] == "AWS::IAM::Role"
+            and f"arn:aws:iam::aws:policy/{policy}" in resource["Properties"].get("ManagedPolicyArns", [])]
+
+
+def test_xray_write_access_only_when_tracing_is_on() -> None:
+    """SAM adds AWSXrayWriteOnlyAccess for any Tracing but a literal Disabled;
+    the template's !Ref Tracing is resolved by SAM, so Disabled adds nothing."""
+    assert roles_with(deployed("dynamodb"), "AWSXrayWriteOnlyAccess") == []
+    traced = deployed("dynamodb", Tracing="Active")
+    roles = [name for name, r in traced["Resources"].items() if r["Type"] == "AWS::IAM::Role"]
+    assert len(roles) == 7 and roles_with(traced, "AWSXrayWriteOnlyAccess") == roles
 
 
 def test_the_checks_catch_what_they_are_for() -> None:
