@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -346,3 +347,56 @@ def test_a_flush_without_time_for_an_sqs_call_leaves_the_outbox_for_the_next_run
     assert result["webhooks"] == {"sent": 0, "failed": 0, "out_of_time": True} and sent() == []
     later = watcher.tick()
     assert later["webhooks"]["sent"] >= 1 and sent() == ["evt_later"]
+
+
+def test_partial_payments_that_add_up_exactly_pay_the_invoice(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str, webhooks: tuple[str, str],
+        moto_endpoint: str, sqs_queue: str) -> None:
+    """50.005 + 49.995 USDC is 100.00 USD: each part is kept to the stroop, not
+    rounded down to 50.00 and 49.99 on its own."""
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, watcher.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=100_00)
+    fake_payments.add(memo=invoice, amount="50.005", asset_code="USDC")
+    fake_payments.add(memo=invoice, amount="49.995", asset_code="USDC")
+
+    result = watcher.tick()
+
+    assert (result["payments_applied"], result["partial"], result["invoices_paid"]) == (2, 1, 1)
+    assert [(p["amount_cents"], p["outcome"]) for p in payment_rows(jobs_db, watcher.job)] == [
+        (Decimal("5000.5"), "partial"), (Decimal("4999.5"), "settled")]
+    assert statuses(jobs_db, invoice) == ["paid"]
+    mine = [m for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhooks[0]]
+    assert [m["payload"]["invoice_id"] for m in mine] == [invoice]
+
+
+def test_a_stroop_more_is_overpaid_and_a_stroop_less_leaves_the_invoice_open(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    with data.connect(jobs_db) as conn:
+        over, short = (data.add_invoice(conn, watcher.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=100_00)
+                       for _ in range(2))
+    fake_payments.add(memo=over, amount="100.0000001")
+    fake_payments.add(memo=short, amount="99.9999999")
+
+    result = watcher.tick()
+
+    assert (result["overpaid"], result["partial"], result["invoices_paid"]) == (1, 1, 1)
+    assert statuses(jobs_db, over, short) == ["paid", "open"]
+    assert [(p["amount_cents"], p["outcome"]) for p in payment_rows(jobs_db, watcher.job)] == [
+        (Decimal("10000.00001"), "overpaid"), (Decimal("9999.99999"), "partial")]
+
+
+def test_a_thousand_sub_cent_payments_add_up_to_the_amount(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    """1,000 x 0.005 = 5.00: rounded one by one, each would credit nothing."""
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, watcher.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=5_00)
+    for _ in range(1000):
+        fake_payments.add(memo=invoice, amount="0.0050000")
+
+    result = watcher.tick()
+
+    assert (result["payments_applied"], result["partial"], result["invoices_paid"], result["overpaid"]) == (
+        1000, 999, 1, 0)
+    assert statuses(jobs_db, invoice) == ["paid"]
+    outcomes = [p["outcome"] for p in payment_rows(jobs_db, watcher.job)]
+    assert outcomes == ["partial"] * 999 + ["settled"]

@@ -22,7 +22,7 @@ PAYABLE = ("open", "overdue")
 class Verdict:
     outcome: str  # settled | partial | overpaid | unmatched
     reason: str | None  # why a payment is unmatched
-    amount_cents: int | None  # the amount in minor units of its currency (None: no currency)
+    amount_cents: Decimal | None  # the exact amount in minor units of its currency (None: no currency)
     invoice_id: str | None  # the invoice the memo named, credited or not
     late: bool  # credited to an invoice that was already overdue
 
@@ -43,7 +43,8 @@ def judge(amount: Decimal, currency: str | None, memo: str | None,
           invoice: Mapping[str, Any] | None) -> Verdict:
     """``currency``: what the payment's asset pays (None: not accepted).
     ``invoice``: the memo's invoice in the receiving account's tenant, with
-    ``credited_cents`` (what earlier credited payments cover), or None."""
+    ``credited_cents`` (what earlier credited payments cover, exactly), or None.
+    The sum is compared with the amount due exactly: no payment is rounded."""
     cents = to_minor(amount, currency) if currency is not None else None
     invoice_id = invoice["id"] if invoice is not None else None
 

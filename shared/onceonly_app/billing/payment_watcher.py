@@ -185,7 +185,8 @@ def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepte
 
 def _record_event(cur: psycopg.Cursor[Any], payment: Payment, tenant: str, verdict: Verdict, log: Any) -> None:
     detail = {"payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash,
-              "asset": str(payment.asset), "amount": str(payment.amount), "amount_cents": verdict.amount_cents,
+              "asset": str(payment.asset), "amount": str(payment.amount),
+              "amount_cents": None if verdict.amount_cents is None else str(verdict.amount_cents),  # exact
               "memo": payment.memo, "reason": verdict.reason, "late": verdict.late}
     cur.execute(SQL["record_payment_event"], {"kind": verdict.event_kind, "payment_id": payment.payment_id,
                                               "tenant": tenant, "invoice_id": verdict.invoice_id,
