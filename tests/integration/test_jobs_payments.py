@@ -6,7 +6,7 @@ times, webhook events, and the outbox sent whatever polling does."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +14,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.billing import payment_watcher
+from onceonly_app.billing import overdue, payment_watcher
 from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
@@ -264,10 +264,10 @@ def test_the_memo_is_matched_only_within_the_receiving_accounts_tenant(
 def test_partial_over_late_and_closed_invoice_payments_are_visible(
         watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
     with data.connect(jobs_db) as conn:
-        def invoice(status: str = "open") -> str:
-            return data.add_invoice(conn, watcher.tenant, due_at="2026-11-01T00:00:00Z", status=status,
-                                    amount_cents=10_00)
-        partly, late, over, paid, void = invoice(), invoice("overdue"), invoice(), invoice("paid"), invoice("void")
+        def invoice(status: str = "open", due_at: str = "2099-01-01T00:00:00Z") -> str:
+            return data.add_invoice(conn, watcher.tenant, due_at=due_at, status=status, amount_cents=10_00)
+        partly, over, paid, void = invoice(), invoice(), invoice("paid"), invoice("void")
+        late = invoice("overdue", due_at="2026-11-01T00:00:00Z")  # paid now, after its due day ended
     for memo, amount in ((partly, "4"), (late, "10"), (over, "15"), (paid, "5"), (void, "5"), (None, "1")):
         fake_payments.add(memo=memo, amount=amount)
 
@@ -400,3 +400,55 @@ def test_a_thousand_sub_cent_payments_add_up_to_the_amount(
     assert statuses(jobs_db, invoice) == ["paid"]
     outcomes = [p["outcome"] for p in payment_rows(jobs_db, watcher.job)]
     assert outcomes == ["partial"] * 999 + ["settled"]
+
+
+def run_overdue(watcher: Watcher, when: datetime) -> int:
+    tick = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return run_tick(watcher.store, f"{watcher.job}-overdue", tick, lambda t: overdue.run(
+        watcher.pool, t, watcher=watcher.job, tenant=watcher.tenant))["result"].transitioned  # type: ignore[no-any-return]
+
+
+def test_an_on_time_payment_seen_late_is_not_dunned(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    """The payments API is down across the overdue run: an invoice paid on its
+    due day (by ledger time) is held, not dunned, and is paid on time once the
+    watcher reads the payment; an invoice whose due day ended before what the
+    watcher had read moves as before."""
+    now = datetime.now(UTC)
+    due = now + timedelta(hours=3)  # its due day ends at the next midnight (UTC tenant) after that
+    due_day_end = datetime.combine(due.date() + timedelta(days=1), datetime.min.time(), UTC)
+    with data.connect(jobs_db) as conn:
+        on_time = data.add_invoice(conn, watcher.tenant, due_at=due, amount_cents=10_00)
+        unpaid = data.add_invoice(conn, watcher.tenant, due_at=now - timedelta(days=3), amount_cents=10_00)
+    watcher.tick()  # the ledger is read up to about now: past the unpaid invoice's due day, not the other's
+    fake_payments.stop()  # the payments API goes down; the customer pays on the due day meanwhile
+    fake_payments.add(memo=on_time, amount="10", created_at=now)
+
+    with pytest.raises(PaymentsApiError):
+        watcher.tick()
+    moved = run_overdue(watcher, due_day_end + timedelta(hours=2))
+
+    assert moved == 1 and statuses(jobs_db, on_time, unpaid) == ["open", "overdue"]
+    fake_payments.start()
+    watcher.api_url = fake_payments.url
+    assert watcher.tick()["invoices_paid"] == 1
+    assert statuses(jobs_db, on_time) == ["paid"]
+    with data.connect(jobs_db) as conn:
+        emails = data.rows(conn, "SELECT invoice_id FROM notifications WHERE tenant_id = %s", watcher.tenant)
+        history = data.rows(conn, "SELECT to_status FROM invoice_status_history WHERE invoice_id = %s", on_time)
+    assert emails == [{"invoice_id": unpaid}] and history == [{"to_status": "paid"}]
+    assert [p["late"] for p in payment_rows(jobs_db, watcher.job)] == [False]
+
+
+def test_the_overdue_email_states_what_is_still_due_after_a_partial_payment(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, watcher.tenant, due_at="2026-11-01T00:00:00Z", amount_cents=100_00)
+    fake_payments.add(memo=invoice, amount="40.005", created_at=datetime(2026, 10, 30, tzinfo=UTC))
+    watcher.tick()
+
+    assert run_overdue(watcher, datetime(2026, 11, 29, 2, tzinfo=UTC)) == 1
+    with data.connect(jobs_db) as conn:
+        (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
+    # 59.995 is still due: shown rounded up, so paying what is shown settles
+    assert "60.00 USD of 100.00 USD is still due" in email["body_text"], email["body_text"]

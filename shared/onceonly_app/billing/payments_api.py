@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -34,6 +34,10 @@ from .assets import Asset
 CONNECT_TIMEOUT = 3.05
 READ_TIMEOUT = 10.0
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# How long after a ledger closes its records may still be missing from the
+# API (ingestion delay, our clock against the ledger's): a page that reaches
+# the end of the history at T has read the ledger up to T minus this.
+LEDGER_LAG = timedelta(seconds=60)
 PAYMENT_TYPES = frozenset({"payment", "path_payment_strict_receive", "path_payment_strict_send",
                            "path_payment"})  # path_payment: Horizon's name before protocol 12
 
@@ -61,6 +65,7 @@ class Page:
     skipped: int  # records that moved no payment (other types, failed transactions)
     next_cursor: str  # the last record's paging_token, or the cursor asked for if empty
     full: bool  # as many records as asked for: there may be more
+    read_to: datetime | None  # every payment with an earlier ledger time is in this page or before it
 
 
 def _amount(text: Any) -> Decimal:
@@ -96,6 +101,24 @@ def _payment(record: dict[str, Any]) -> Payment:
         raise PaymentsApiError(f"malformed payment record (id {record.get('id')!r}): {exc!r}") from exc
 
 
+def _read_to(records: list[dict[str, Any]], full: bool, asked_at: datetime) -> datetime | None:
+    """The ledger time a page has read up to. Records come in ledger order, so
+    everything before the last record's time is read; a page that is not full
+    reached the end of the history, so the ledger is read up to the request's
+    time less LEDGER_LAG (or the last record's time, if that is later)."""
+    last: datetime | None = None
+    if records and records[-1].get("created_at"):
+        try:
+            last = datetime.fromisoformat(str(records[-1]["created_at"]))
+        except ValueError as exc:
+            raise PaymentsApiError(f"the last record's created_at {records[-1]['created_at']!r} is not a time") \
+                from exc
+    if full:
+        return last
+    end = asked_at - LEDGER_LAG
+    return end if last is None else max(end, last)
+
+
 def is_payment(record: dict[str, Any]) -> bool:
     """A payment operation of a successful transaction (Horizon lists failed
     transactions' operations too; they moved no money)."""
@@ -113,14 +136,16 @@ class PaymentsClient:
         """The records after ``cursor``, oldest first. The whole request (connect,
         headers, body) ends within about ``timeout`` seconds (None: the client's
         connect + read timeouts). Raises PaymentsApiError."""
+        asked_at = datetime.now(UTC)
         records = self._records({"cursor": cursor, "order": "asc", "limit": str(limit)}, timeout)
         payments = [_payment(r) for r in records if is_payment(r)]
         try:
             next_cursor = str(records[-1]["paging_token"]) if records else cursor
         except (KeyError, TypeError) as exc:
             raise PaymentsApiError(f"GET {self._url}: the last record has no paging_token") from exc
+        full = len(records) >= limit
         return Page(payments=payments, skipped=len(records) - len(payments), next_cursor=next_cursor,
-                    full=len(records) >= limit)
+                    full=full, read_to=_read_to(records, full, asked_at))
 
     def _records(self, params: dict[str, str], timeout: float | None) -> list[dict[str, Any]]:
         connect, read = self._timeout

@@ -6,3 +6,52 @@
 -- compared with the invoice's whole minor units exactly. Rows recorded before
 -- keep the whole minor units they were credited with.
 ALTER TABLE payments ALTER COLUMN amount_cents TYPE numeric(38, 7);
+
+-- What credited payments cover of an invoice, exactly (minor units, 7 decimals).
+-- One definition for the watcher (its verdict, the move to paid) and the
+-- overdue job (what its e-mail says is still due).
+CREATE OR REPLACE FUNCTION billing_credited(invoice_id text) RETURNS numeric
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(sum(p.amount_cents), 0) FROM payments p
+     WHERE p.invoice_id = $1 AND p.outcome <> 'unmatched'
+$$;
+
+-- The instant an invoice's due day ends: the next midnight after due_at's date
+-- in the tenant's time zone. A payment with a ledger time before it is on time;
+-- the overdue job moves nothing before it.
+CREATE OR REPLACE FUNCTION billing_due_day_end(due_at timestamptz, time_zone text) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT (((due_at AT TIME ZONE time_zone)::date + 1)::timestamp AT TIME ZONE time_zone)
+$$;
+
+-- How far the payment watcher has read the ledger: every payment with a ledger
+-- time before ledger_read_to has been applied. It moves only up, in the
+-- transaction that advances the cursor. The overdue job moves an invoice only
+-- once its due day's end is at or before it (NULL: the watcher never read the
+-- ledger, so nothing is overdue yet).
+ALTER TABLE payment_cursors ADD COLUMN IF NOT EXISTS ledger_read_to timestamptz;
+
+-- A zero invoice (a free plan, a 100 % discount) is settled when it is issued:
+-- it is inserted (or reduced to zero) as `paid`, paid_at the issue time, and so
+-- it is never overdue or dunned. Zero invoices still open or overdue now are
+-- settled the same way, with their history rows.
+CREATE OR REPLACE FUNCTION billing_settle_zero_invoice() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.amount_cents = 0 AND NEW.status IN ('open', 'overdue') THEN
+        NEW.status := 'paid';
+        NEW.paid_at := coalesce(NEW.paid_at, now());
+    END IF;
+    RETURN NEW;
+END $$;
+
+DROP TRIGGER IF EXISTS invoices_settle_zero ON invoices;
+CREATE TRIGGER invoices_settle_zero
+    BEFORE INSERT OR UPDATE OF amount_cents, status ON invoices
+    FOR EACH ROW EXECUTE FUNCTION billing_settle_zero_invoice();
+
+INSERT INTO invoice_status_history (invoice_id, from_status, to_status, job)
+SELECT id, status, 'paid', 'migration:0006' FROM invoices WHERE amount_cents = 0 AND status IN ('open', 'overdue')
+ON CONFLICT (invoice_id, from_status, to_status) DO NOTHING;
+UPDATE invoices SET status = 'paid', paid_at = coalesce(paid_at, now()), updated_at = now()
+ WHERE amount_cents = 0 AND status IN ('open', 'overdue');
