@@ -6,10 +6,11 @@ times, webhook events, and the outbox sent whatever polling does."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
@@ -452,3 +453,32 @@ def test_the_overdue_email_states_what_is_still_due_after_a_partial_payment(
         (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
     # 59.995 is still due: shown rounded up, so paying what is shown settles
     assert "60.00 USD of 100.00 USD is still due" in email["body_text"], email["body_text"]
+
+
+def test_an_invoice_in_lower_case_usd_is_stored_as_usd_and_can_be_paid(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, watcher.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=10_00,
+                                   currency=" usd")
+        (stored,) = data.rows(conn, "SELECT currency FROM invoices WHERE id = %s", invoice)
+    fake_payments.add(memo=invoice, amount="10")
+
+    result = watcher.tick()
+
+    assert stored == {"currency": "USD"}
+    assert (result["invoices_paid"], result["unmatched"]) == (1, 0)
+    assert statuses(jobs_db, invoice) == ["paid"]
+
+
+@pytest.mark.parametrize("currency", ["US", "USDX", "U$D", "", "dollars"])
+def test_a_currency_that_is_not_a_three_letter_code_is_refused_when_stored(
+        jobs_db: str, unique: str, currency: str) -> None:
+    with data.connect(jobs_db) as conn:
+        with pytest.raises(psycopg.errors.CheckViolation, match="currency"):
+            data.add_invoice(conn, f"tenant-{unique}", due_at="2026-12-01T00:00:00Z", currency=currency)
+        schedule = data.add_schedule(conn, f"tenant-{unique}", cadence="daily", anchor=date(2026, 11, 1))
+        with pytest.raises(psycopg.errors.CheckViolation, match="currency"):
+            conn.execute("UPDATE billing_schedules SET currency = %s WHERE id = %s", (currency, schedule))
+        conn.execute("UPDATE billing_schedules SET currency = 'eur' WHERE id = %s", (schedule,))
+        assert data.rows(conn, "SELECT currency FROM billing_schedules WHERE id = %s", schedule) == [
+            {"currency": "EUR"}]

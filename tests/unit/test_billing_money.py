@@ -59,10 +59,15 @@ def test_accepted_assets_are_code_and_issuer_per_currency() -> None:
     assert accepted.currency_of(Asset.native()) == "XLM"
 
 
+def test_an_accepted_currency_is_used_upper_case() -> None:
+    assert AcceptedAssets.parse(f"usd=USDC:{ISSUER}").currency_of(Asset("USDC", ISSUER)) == "USD"
+
+
 @pytest.mark.parametrize(("text", "complaint"), [
     ("", "no accepted assets"),
     ("USDC", "CURRENCY=ASSET"),
-    ("usd=native", "CURRENCY=ASSET"),
+    ("US=native", "CURRENCY=ASSET"),
+    ("U$D=native", "CURRENCY=ASSET"),
     ("USD=USDC", "CODE:ISSUER"),  # no issuer: anyone could issue it
     ("USD=USDC:GNOTANACCOUNT", "CODE:ISSUER"),
     (f"USD=USDC:{ISSUER} EUR=USDC:{ISSUER}", "one currency"),

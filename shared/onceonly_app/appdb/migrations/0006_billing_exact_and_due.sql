@@ -55,3 +55,34 @@ SELECT id, status, 'paid', 'migration:0006' FROM invoices WHERE amount_cents = 0
 ON CONFLICT (invoice_id, from_status, to_status) DO NOTHING;
 UPDATE invoices SET status = 'paid', paid_at = coalesce(paid_at, now()), updated_at = now()
  WHERE amount_cents = 0 AND status IN ('open', 'overdue');
+
+-- Currency codes are ISO 4217's shape: three upper-case letters. Whatever
+-- writes an invoice or a schedule (the jobs, a tenant's SQL) may send ' usd';
+-- it is stored as 'USD', so it matches the accepted assets' currency exactly.
+-- Anything else ('US', 'U$D', 'dollars') is refused by the CHECK, naming the
+-- column. Rows already stored are normalised; one that is still not a code
+-- is left to a person (NOT VALID: the deploy does not fail on it), while
+-- every row written from now on is checked.
+CREATE OR REPLACE FUNCTION billing_normalise_currency() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.currency := upper(btrim(NEW.currency));
+    RETURN NEW;
+END $$;
+
+DROP TRIGGER IF EXISTS invoices_currency_normalised ON invoices;
+CREATE TRIGGER invoices_currency_normalised
+    BEFORE INSERT OR UPDATE OF currency ON invoices
+    FOR EACH ROW EXECUTE FUNCTION billing_normalise_currency();
+DROP TRIGGER IF EXISTS billing_schedules_currency_normalised ON billing_schedules;
+CREATE TRIGGER billing_schedules_currency_normalised
+    BEFORE INSERT OR UPDATE OF currency ON billing_schedules
+    FOR EACH ROW EXECUTE FUNCTION billing_normalise_currency();
+
+UPDATE invoices SET currency = currency WHERE currency IS DISTINCT FROM upper(btrim(currency));
+UPDATE billing_schedules SET currency = currency WHERE currency IS DISTINCT FROM upper(btrim(currency));
+ALTER TABLE invoices DROP CONSTRAINT IF EXISTS invoices_currency_code;
+ALTER TABLE invoices ADD CONSTRAINT invoices_currency_code CHECK (currency ~ '^[A-Z]{3}$') NOT VALID;
+ALTER TABLE billing_schedules DROP CONSTRAINT IF EXISTS billing_schedules_currency_code;
+ALTER TABLE billing_schedules ADD CONSTRAINT billing_schedules_currency_code
+    CHECK (currency ~ '^[A-Z]{3}$') NOT VALID;
