@@ -86,3 +86,26 @@ ALTER TABLE invoices ADD CONSTRAINT invoices_currency_code CHECK (currency ~ '^[
 ALTER TABLE billing_schedules DROP CONSTRAINT IF EXISTS billing_schedules_currency_code;
 ALTER TABLE billing_schedules ADD CONSTRAINT billing_schedules_currency_code
     CHECK (currency ~ '^[A-Z]{3}$') NOT VALID;
+
+-- One calendar per tenant: billing periods start, and pauses are dated, by the
+-- tenant's own date (billing_tenants.time_zone, UTC without a row), like due
+-- days. A period dated 1 June starts at midnight of 1 June where the tenant is.
+CREATE OR REPLACE FUNCTION billing_local_day(at timestamptz, tenant text) RETURNS date
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT (at AT TIME ZONE coalesce((SELECT t.time_zone FROM billing_tenants t WHERE t.tenant_id = $2), 'UTC'))::date
+$$;
+
+CREATE OR REPLACE FUNCTION billing_record_schedule_pause() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    today date := billing_local_day(now(), NEW.tenant_id);
+BEGIN
+    IF OLD.active AND NOT NEW.active THEN
+        INSERT INTO billing_schedule_pauses (schedule_id, paused_on) VALUES (NEW.id, today)
+        ON CONFLICT (schedule_id) WHERE resumed_on IS NULL DO NOTHING;
+    ELSIF NEW.active AND NOT OLD.active THEN
+        UPDATE billing_schedule_pauses SET resumed_on = greatest(today, paused_on)
+         WHERE schedule_id = NEW.id AND resumed_on IS NULL;
+    END IF;
+    RETURN NEW;
+END $$;
