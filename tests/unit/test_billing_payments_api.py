@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -142,5 +142,20 @@ def test_a_page_says_how_far_it_read_the_ledger(fake: FakePayments) -> None:
     empty = client.page(end.next_cursor, limit=5)
     after = datetime.now(UTC)
     assert full.full and full.read_to == first
-    for page in (end, empty):
-        assert page.read_to is not None and before - LEDGER_LAG <= page.read_to <= after - LEDGER_LAG
+    for page in (end, empty):  # the server's Date has whole seconds
+        assert page.read_to is not None
+        assert before - LEDGER_LAG - timedelta(seconds=1) <= page.read_to <= after - LEDGER_LAG
+
+
+def test_the_ledgers_clock_decides_how_far_the_end_of_the_history_is(fake: FakePayments) -> None:
+    """The server's Date, not our clock, when it is earlier: a ledger behind
+    our clock has not been read past its own time."""
+    ledger_now = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    fake.clock = ledger_now
+    fake.add(memo=None, amount="1", created_at=ledger_now - timedelta(hours=1))
+    fake.add(memo=None, amount="1", created_at=ledger_now + timedelta(hours=1))  # its ledger has not closed
+    page = PaymentsClient(fake.url).page("")
+    assert len(page.payments) == 1 and page.read_to == ledger_now - LEDGER_LAG
+    fake.down = True
+    with pytest.raises(PaymentsApiError, match="503"):
+        PaymentsClient(fake.url).page(page.next_cursor)

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
@@ -101,11 +102,18 @@ def _payment(record: dict[str, Any]) -> Payment:
         raise PaymentsApiError(f"malformed payment record (id {record.get('id')!r}): {exc!r}") from exc
 
 
-def _read_to(records: list[dict[str, Any]], full: bool, asked_at: datetime) -> datetime | None:
+def _server_date(response: requests.Response) -> datetime | None:
+    try:
+        return parsedate_to_datetime(response.headers["Date"]).astimezone(UTC)
+    except (KeyError, TypeError, ValueError):
+        return None  # no usable Date header: our own clock decides
+
+
+def _read_to(records: list[dict[str, Any]], full: bool, served_at: datetime) -> datetime | None:
     """The ledger time a page has read up to. Records come in ledger order, so
     everything before the last record's time is read; a page that is not full
-    reached the end of the history, so the ledger is read up to the request's
-    time less LEDGER_LAG (or the last record's time, if that is later)."""
+    reached the end of the history, so the ledger is read up to the time it
+    was served less LEDGER_LAG (or the last record's time, if that is later)."""
     last: datetime | None = None
     if records and records[-1].get("created_at"):
         try:
@@ -115,7 +123,7 @@ def _read_to(records: list[dict[str, Any]], full: bool, asked_at: datetime) -> d
                 from exc
     if full:
         return last
-    end = asked_at - LEDGER_LAG
+    end = served_at - LEDGER_LAG
     return end if last is None else max(end, last)
 
 
@@ -136,8 +144,7 @@ class PaymentsClient:
         """The records after ``cursor``, oldest first. The whole request (connect,
         headers, body) ends within about ``timeout`` seconds (None: the client's
         connect + read timeouts). Raises PaymentsApiError."""
-        asked_at = datetime.now(UTC)
-        records = self._records({"cursor": cursor, "order": "asc", "limit": str(limit)}, timeout)
+        records, served_at = self._records({"cursor": cursor, "order": "asc", "limit": str(limit)}, timeout)
         payments = [_payment(r) for r in records if is_payment(r)]
         try:
             next_cursor = str(records[-1]["paging_token"]) if records else cursor
@@ -145,16 +152,21 @@ class PaymentsClient:
             raise PaymentsApiError(f"GET {self._url}: the last record has no paging_token") from exc
         full = len(records) >= limit
         return Page(payments=payments, skipped=len(records) - len(payments), next_cursor=next_cursor,
-                    full=full, read_to=_read_to(records, full, asked_at))
+                    full=full, read_to=_read_to(records, full, served_at))
 
-    def _records(self, params: dict[str, str], timeout: float | None) -> list[dict[str, Any]]:
+    def _records(self, params: dict[str, str], timeout: float | None) -> tuple[list[dict[str, Any]], datetime]:
+        """The page's records, and when it was served: the earlier of the
+        server's ``Date`` and our clock as the answer began (the ledger's side
+        decides how far it had got; neither clock is trusted to be ahead)."""
         connect, read = self._timeout
+        asked_at = datetime.now(UTC)
         total = connect + read if timeout is None else timeout
         deadline = time.monotonic() + total
         try:
             with self._session.get(self._url, params=params, stream=True, allow_redirects=False,
                                    timeout=(min(connect, total), min(read, total))) as response:
                 response.raise_for_status()
+                served_at = min(_server_date(response) or asked_at, asked_at)
                 body = _read_until(response, deadline)
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             raise PaymentsApiError(f"GET {self._url} failed: {exc}") from exc
@@ -165,7 +177,7 @@ class PaymentsClient:
         records = (parsed.get("_embedded") or {}).get("records") if isinstance(parsed, dict) else None
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise PaymentsApiError(f"GET {self._url}: no _embedded.records list in the answer")
-        return records
+        return records, served_at
 
     def close(self) -> None:
         self._session.close()
