@@ -21,7 +21,8 @@ The history of an account lists more than payments: ``create_account`` and
 - :meth:`FakePayments.trickle` makes the server send its answers slowly;
 - :attr:`FakePayments.clock` is the ledger's time (None: the real time): a
   record whose ``created_at`` is later is not listed yet (its ledger has not
-  closed), new records get it as their time, and answers carry it as ``Date``;
+  closed), nor is any record after it (the history is in ledger order); new
+  records get it as their time, and answers carry it as ``Date``;
 - :attr:`FakePayments.down` makes every request fail with 503, as in an outage;
 - every request is recorded (:attr:`FakePayments.requests`).
 """
@@ -29,6 +30,7 @@ The history of an account lists more than payments: ``create_account`` and
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import secrets
 import threading
@@ -138,12 +140,13 @@ class FakePayments:
         return self.clock or datetime.now(UTC)
 
     def page(self, cursor: str, limit: int) -> list[dict[str, Any]]:
-        """The records after ``cursor`` whose ledger closed by :meth:`now`."""
+        """The records after ``cursor``, up to the first whose ledger has not
+        closed by :meth:`now`."""
         after = int(cursor) if cursor else 0
         closed = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")  # the records' own format, so it sorts as text
         with self._lock:
-            return [dict(r) for r in self._records
-                    if int(r["paging_token"]) > after and r["created_at"] <= closed][:limit]
+            later = (r for r in self._records if int(r["paging_token"]) > after)
+            return [dict(r) for r in itertools.takewhile(lambda r: r["created_at"] <= closed, later)][:limit]
 
     # -- server ----------------------------------------------------------------
     @property
