@@ -31,6 +31,7 @@ metrics = Metrics(service="overdue-invoices")
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
     result = overdue.run(db_pool(), tick, watcher=WATCHER, budget=Budget.of_lambda(context))
     metrics.add_metric(name="rows_transitioned", unit=MetricUnit.Count, value=result.transitioned)
-    logger.info("overdue invoices transitioned", extra={"transitioned": result.transitioned,
+    metrics.add_metric(name="invoices_held_for_payments", unit=MetricUnit.Count, value=result.held)
+    logger.info("overdue invoices transitioned", extra={"transitioned": result.transitioned, "held": result.held,
                                                         "batches": result.batches, "token": tick.token})
     return {"transitioned": result.transitioned}

@@ -403,10 +403,10 @@ def test_a_thousand_sub_cent_payments_add_up_to_the_amount(
     assert outcomes == ["partial"] * 999 + ["settled"]
 
 
-def run_overdue(watcher: Watcher, when: datetime) -> int:
+def run_overdue(watcher: Watcher, when: datetime) -> overdue.OverdueResult:
     tick = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return run_tick(watcher.store, f"{watcher.job}-overdue", tick, lambda t: overdue.run(
-        watcher.pool, t, watcher=watcher.job, tenant=watcher.tenant))["result"].transitioned  # type: ignore[no-any-return]
+    return run_tick(watcher.store, f"{watcher.job}-overdue", tick, lambda t: overdue.run(  # type: ignore[no-any-return]
+        watcher.pool, t, watcher=watcher.job, tenant=watcher.tenant))["result"]
 
 
 def test_an_on_time_payment_seen_late_is_not_dunned(
@@ -427,9 +427,9 @@ def test_an_on_time_payment_seen_late_is_not_dunned(
 
     with pytest.raises(PaymentsApiError):
         watcher.tick()
-    moved = run_overdue(watcher, due_day_end + timedelta(hours=2))
+    run = run_overdue(watcher, due_day_end + timedelta(hours=2))
 
-    assert moved == 1 and statuses(jobs_db, on_time, unpaid) == ["open", "overdue"]
+    assert (run.transitioned, run.held) == (1, 1) and statuses(jobs_db, on_time, unpaid) == ["open", "overdue"]
     fake_payments.start()
     watcher.api_url = fake_payments.url
     assert watcher.tick()["invoices_paid"] == 1
@@ -448,7 +448,7 @@ def test_the_overdue_email_states_what_is_still_due_after_a_partial_payment(
     fake_payments.add(memo=invoice, amount="40.005", created_at=datetime(2026, 10, 30, tzinfo=UTC))
     watcher.tick()
 
-    assert run_overdue(watcher, datetime(2026, 11, 29, 2, tzinfo=UTC)) == 1
+    assert run_overdue(watcher, datetime(2026, 11, 29, 2, tzinfo=UTC)).transitioned == 1
     with data.connect(jobs_db) as conn:
         (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
     # 59.995 is still due: shown rounded up, so paying what is shown settles

@@ -29,6 +29,7 @@ BATCH_SIZE = 500
 class OverdueResult:
     transitioned: int
     batches: int
+    held: int  # due day ended, but the payment watcher has not read the ledger that far: not dunned yet
 
 
 def run(pool: ConnectionPool, tick: Tick, *, watcher: str, tenant: str | None = None,
@@ -51,4 +52,6 @@ def run(pool: ConnectionPool, tick: Tick, *, watcher: str, tenant: str | None = 
 
     done = run_fenced_batches(pool, tick, batch, budget=budget,
                               result_key="transitioned")
-    return OverdueResult(transitioned=done.done, batches=done.batches)
+    with pool.connection() as conn:
+        (held,) = conn.execute(SQL["held_for_payments"], params).fetchone() or (0,)
+    return OverdueResult(transitioned=done.done, batches=done.batches, held=held)

@@ -50,3 +50,16 @@ WITH due AS MATERIALIZED (
 )
 SELECT id, tenant_id, customer_email, amount_cents, currency, due_at, due_on, credited_cents
   FROM moved ORDER BY id;
+
+-- name: held_for_payments --
+-- In: as_of, tenant, watcher. Out: how many open invoices have a due day that
+-- ended by as_of but not yet by what the watcher has read of the ledger (held
+-- back, not dunned): a count that stays up means the watcher is behind or the
+-- payments API is down.
+SELECT count(*) FROM invoices i
+  LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
+ CROSS JOIN LATERAL (SELECT billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC')) AS ends) d
+ WHERE i.status = 'open' AND i.due_at < %(as_of)s AND d.ends <= %(as_of)s
+   AND d.ends > coalesce((SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s),
+                         '-infinity')
+   AND (%(tenant)s::text IS NULL OR i.tenant_id = %(tenant)s::text);
