@@ -253,3 +253,19 @@ def test_a_pause_is_dated_in_the_tenants_time_zone(jobs_db: str, unique: str) ->
         windows = data.rows(conn, "SELECT paused_on, resumed_on FROM billing_schedule_pauses WHERE schedule_id = %s",
                             schedule)
     assert windows == [{"paused_on": local_today, "resumed_on": local_today}]
+
+
+def test_a_free_plans_invoice_is_settled_when_generated(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        schedule = data.add_schedule(conn, tenant, cadence="monthly", anchor=date(2026, 11, 1), amount_cents=0)
+
+    run_tick(pg_store, unique, "2026-11-01T00:30:00Z", lambda t: recurring.run(pool, t, tenant=tenant))
+
+    with data.connect(jobs_db) as conn:
+        (invoice,) = data.rows(conn, "SELECT status, paid_at IS NOT NULL AS settled FROM invoices"
+                                     " WHERE schedule_id = %s", schedule)
+        (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE tenant_id = %s", tenant)
+    assert invoice == {"status": "paid", "settled": True}
+    assert email["body_text"].endswith("for 0.00 USD (period starting 2026-11-01) is settled: nothing is due.")
