@@ -42,7 +42,8 @@ DOMAIN_INVARIANTS = {
     "disabled subscription loses no event",
     "payments credited to the right invoice and asset", "unmatched payments recorded, never credited",
     "multi-operation payments: each operation once", "no overdue before the due day ended",
-    "paused periods not billed", "no overdue e-mail for a paid invoice",
+    "paused periods not billed", "no overdue e-mail for a paid invoice", "sub-cent parts pay exactly",
+    "zero invoice never overdue", "no dunning of an on-time payment seen late",
 }
 
 pytestmark = pytest.mark.slow

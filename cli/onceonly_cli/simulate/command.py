@@ -185,7 +185,8 @@ def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: st
         billing.expect_paid_after_overdue(payments.seed(stack.database_url, stack.payments, billing.invoices,
                                                         webhooks.subscriptions_by_tenant()))
         webhooks.expect(payments.expected_deliveries())
-    cron_jobs = billing.cron_jobs(payments.cron_job() if payments else None)
+    last_overdue = (ticks[CRON_JOBS["OverdueInvoicesFunction"]] or [datetime.now(UTC)])[-1]
+    cron_jobs = billing.cron_jobs(payments.cron_jobs(last_overdue) if payments else None)
     return Plan(tenants, webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
 
 

@@ -50,6 +50,7 @@ class CronJob:
     job: str
     ticks: list[datetime]
     copies: int = 3  # concurrent deliveries of each tick, to distinct replicas
+    before: Callable[[], None] | None = None  # run once, when every earlier job's ticks have settled
 
 
 @dataclass
@@ -231,6 +232,8 @@ class Driver:
     def _feed_cron(self, now: float) -> None:
         if not self._cron_queue and self._cron_jobs and all(s.settled for s in self._ticks.values()):
             job = self._cron_jobs.popleft()
+            if job.before is not None:
+                job.before()  # e.g. the payments API goes down for the jobs that follow
             self._cron_queue.extend((job, when) for when in job.ticks)
         if self._cron_queue and now >= self._next_cron:
             self._next_cron = now + self.cron_every
