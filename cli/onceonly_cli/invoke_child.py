@@ -15,7 +15,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from .lambda_runtime import LambdaContext, load_handler
+from .lambda_runtime import LambdaContext, close_function_clients, load_handler
 
 
 def _error_object(exc: BaseException) -> dict[str, object]:
@@ -27,6 +27,13 @@ def _error_object(exc: BaseException) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return _invoke(argv)
+    finally:
+        close_function_clients()  # the container's shutdown: an unclosed pool can hang exit on 3.13
+
+
+def _invoke(argv: list[str]) -> int:
     code_dir, handler_name, function_name, timeout, memory, event_path, result_path = argv
     result = Path(result_path)
     # Whatever the handler prints is log output, not the response.

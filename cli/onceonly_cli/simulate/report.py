@@ -25,7 +25,8 @@ class DeliveryFacts:
     expected_ids: set[str]  # the delivery (webhook-)ids the events must produce
     statuses: dict[str, str]  # delivery id -> status in the domain database
     accepted: Counter[str]  # webhook-id -> requests the receiver answered 2xx
-    requests: int  # every request the receiver got
+    requests: int  # every request the receiver got whole (and handed to its endpoint)
+    cut_attempts: int  # requests their sender cut mid-body (killed mid-POST): never seen by the endpoint
     unverified: int  # requests whose signature did not verify
     first_sent: dict[str, float]  # delivery id -> when its event was first fed
     first_accepted: dict[str, float]  # delivery id -> when the receiver first answered 2xx
@@ -178,9 +179,11 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
                   f"{len(lost)} lost ({len(unfinished)} unfinished, {len(never_received)} marked succeeded "
                   f"but never received)" if lost else "every delivery succeeded or was dead-lettered"),
         # A repeat POST with the same webhook-id is the documented at-least-once
-        # case: the sender died after the receiver answered. Each needs a crash.
-        Invariant("duplicate POSTs only after crashes", extra_posts <= kills,
-                  f"{extra_posts} repeat 2xx POSTs, {kills} replicas killed"),
+        # case: the sender died after the receiver answered. A cut attempt is a
+        # sender killed mid-body. Each needs a crash of its own.
+        Invariant("duplicate POSTs only after crashes", extra_posts + d.cut_attempts <= kills,
+                  f"{extra_posts} repeat 2xx POSTs and {d.cut_attempts} cut attempts (sender killed mid-body), "
+                  f"{kills} replicas killed"),
         Invariant("every request signed", d.unverified == 0, f"{d.unverified} requests failed verification"),
     ]
     tick_rows = []
@@ -222,6 +225,7 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
             "sqs_dead_letters": d.sqs_dead_letters,
             "status_counts": dict(statuses),
             "receiver_requests": d.requests,
+            "cut_attempts": d.cut_attempts,
             "duplicates_by_webhook_id": dict(sorted(duplicates.items())),
             "duplicate_posts": extra_posts,
             "lost_deliveries": len(lost),

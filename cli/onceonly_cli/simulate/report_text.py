@@ -36,7 +36,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         ("deliveries made", wh["deliveries_made"]),
         ("dead letters (deliveries / SQS)", f"{wh['dead_letters']} / {wh['sqs_dead_letters']}"),
         ("lost deliveries", wh["lost_deliveries"]),
-        ("receiver requests", wh["receiver_requests"]),
+        ("receiver requests / cut attempts", f"{wh['receiver_requests']} / {wh['cut_attempts']}"),
         ("duplicate 2xx POSTs, same webhook-id", wh["duplicate_posts"]),
         ("replicas killed / restarted", f"{report['replicas']['killed']} / {report['replicas']['restarted']}"),
         ("leases reclaimed", report["leases_reclaimed"]),

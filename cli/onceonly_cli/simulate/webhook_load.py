@@ -227,22 +227,38 @@ class WebhookLoad:
               sqs_dead_letters: int) -> DeliveryFacts:
         statuses = {str(i): str(s) for i, s in conn.execute(DELIVERY_STATUSES, (self.subscription_ids,))}
         fenced_row = conn.execute(FENCED_ATTEMPTS, (self.subscription_ids,)).fetchone()
-        mine = set(self.subscription_ids)
-        accepted: Counter[str] = Counter()
-        first_accepted: dict[str, float] = {}
-        requests = unverified = 0
-        for request in receiver.history():
-            if request.endpoint not in mine:
-                continue
-            requests += 1
-            unverified += 0 if request.verified else 1
-            if request.webhook_id and request.accepted:
-                accepted[request.webhook_id] += 1
-                at = request.answered_at or request.received_at
-                first_accepted[request.webhook_id] = min(first_accepted.get(request.webhook_id, at), at)
+        seen = tally_receiver(receiver, set(self.subscription_ids))
         return DeliveryFacts(
             events_in=self.events_in, messages_sent=messages_sent, duplicate_messages=self.duplicate_messages,
-            expected_ids=set(self.expected), statuses=statuses, accepted=accepted, requests=requests,
-            unverified=unverified, first_sent=dict(self.first_sent), first_accepted=first_accepted,
+            expected_ids=set(self.expected), statuses=statuses, accepted=seen.accepted, requests=seen.requests,
+            cut_attempts=seen.cut_attempts, unverified=seen.unverified, first_sent=dict(self.first_sent),
+            first_accepted=seen.first_accepted,
             fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_dead_letters=sqs_dead_letters,
             ordinary_ids=self.ordinary_ids)
+
+
+@dataclass
+class ReceiverTally:
+    """What the receiver saw of the run's endpoints."""
+
+    requests: int = 0  # received whole and handed to the endpoint
+    unverified: int = 0  # of those, the ones whose signature did not verify
+    cut_attempts: int = 0  # cut by their sender mid-body: never handed to the endpoint
+    accepted: Counter[str] = field(default_factory=Counter)  # webhook-id -> 2xx answers read whole
+    first_accepted: dict[str, float] = field(default_factory=dict)  # webhook-id -> first 2xx
+
+
+def tally_receiver(receiver: Any, endpoints: set[str]) -> ReceiverTally:
+    """Count the receiver's requests and cut attempts to ``endpoints`` (the run's
+    subscriptions; a shared receiver may serve others)."""
+    tally = ReceiverTally(cut_attempts=sum(1 for cut in receiver.cut_attempts if cut.endpoint in endpoints))
+    for request in receiver.history():
+        if request.endpoint not in endpoints:
+            continue
+        tally.requests += 1
+        tally.unverified += 0 if request.verified else 1
+        if request.webhook_id and request.accepted:
+            tally.accepted[request.webhook_id] += 1
+            at = request.answered_at or request.received_at
+            tally.first_accepted[request.webhook_id] = min(tally.first_accepted.get(request.webhook_id, at), at)
+    return tally

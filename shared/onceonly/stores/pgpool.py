@@ -27,11 +27,19 @@ Given ``timeout`` T (seconds, ``?timeout=`` in the URL, default 10):
 
 Options already in the URL (``connect_timeout``, ``keepalives*``,
 ``tcp_user_timeout``, ``statement_timeout`` inside ``options``) win.
+
+Every pool built here that is still open when the interpreter exits is closed
+by an ``atexit`` hook: since Python 3.13 an unclosed pool's ``__del__`` joins
+its worker threads during interpreter shutdown and can hang the process there
+(psycopg#930, #954). A Lambda handler's module-level pool has no other moment
+to be closed; callers that can should still close theirs explicitly.
 """
 
 from __future__ import annotations
 
+import atexit
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -104,7 +112,7 @@ def bounded_pool(
     def configure(conn: BoundedConnection) -> None:
         conn.reply_timeout = half
 
-    return ConnectionPool(
+    pool: ConnectionPool[Any] = ConnectionPool(
         source,
         connection_class=connection_class,
         kwargs={"autocommit": autocommit, "prepare_threshold": prepare_threshold_for(conninfo)},
@@ -119,3 +127,16 @@ def bounded_pool(
         open=True,
         name=name,
     )
+    _OPEN_POOLS.add(pool)
+    return pool
+
+
+# The pools built by bounded_pool, held weakly: one collected early needs nothing.
+_OPEN_POOLS: weakref.WeakSet[ConnectionPool[Any]] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_pools() -> None:
+    """Close, before interpreter shutdown, each pool nobody closed (see the module docstring)."""
+    for pool in list(_OPEN_POOLS):
+        pool.close()
