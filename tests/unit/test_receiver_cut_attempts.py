@@ -45,7 +45,8 @@ def _facts(rx: WebhookReceiver, accepted: Counter[str]) -> DeliveryFacts:
     return DeliveryFacts(
         events_in=1, messages_sent=1, duplicate_messages=0, expected_ids={MSG_ID}, statuses={MSG_ID: "succeeded"},
         accepted=seen.accepted, requests=seen.requests, cut_attempts=seen.cut_attempts, unverified=seen.unverified,
-        first_sent={MSG_ID: time.time() - 5}, first_accepted=seen.first_accepted, fenced_refused=0, sqs_dead_letters=0)
+        first_sent={MSG_ID: time.time() - 5}, first_accepted=seen.first_accepted, fenced_refused=0,
+        sqs_redriven=0, sqs_parked=0)
 
 
 def _verdicts(facts: DeliveryFacts, kills: int) -> dict[str, dict[str, object]]:

@@ -31,7 +31,9 @@ class DeliveryFacts:
     first_sent: dict[str, float]  # delivery id -> when its event was first fed
     first_accepted: dict[str, float]  # delivery id -> when the receiver first answered 2xx
     fenced_refused: int  # outcome writes refused by the fence (webhook_attempts.recorded = false)
-    sqs_dead_letters: int  # messages that exhausted maxReceiveCount
+    sqs_redriven: int  # messages parked in the dead-letter queue during the run, redriven at its end
+    sqs_parked: int  # messages in the dead-letter queue after that redrive (malformed ones belong there)
+    parked_ids: set[str] = field(default_factory=set)  # expected deliveries whose messages are all parked
     ordinary_ids: set[str] = field(default_factory=set)  # the --events deliveries, scenario ones not included
 
 
@@ -155,7 +157,9 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
     ``scenarios``: what was seeded for them, shown as is."""
     d = deliveries
     statuses = Counter(d.statuses.values())
-    missing = sorted(d.expected_ids - d.statuses.keys())
+    # A parked message waits for an operator (the dead-letter alarm fires): not lost.
+    parked = sorted((d.parked_ids & d.expected_ids) - d.statuses.keys())
+    missing = sorted(d.expected_ids - d.statuses.keys() - set(parked))
     unexpected = sorted(d.statuses.keys() - d.expected_ids)
     succeeded = {i for i, s in d.statuses.items() if s == "succeeded"}
     dead = {i for i, s in d.statuses.items() if s == "dead"}
@@ -171,13 +175,16 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
     duration = max(finished - started, 1e-9)
 
     invariants = [
-        Invariant("one delivery per event", not missing and not unexpected and len(d.statuses) == len(d.expected_ids),
+        Invariant("one delivery per event",
+                  not missing and not unexpected and len(d.statuses) + len(parked) == len(d.expected_ids),
                   f"{len(d.expected_ids)} (subscription, event) pairs, {len(d.statuses)} deliveries"
+                  + (f", {len(parked)} parked in the dead-letter queue" if parked else "")
                   + (f", {len(missing)} missing" if missing else "") + (f", {len(unexpected)} unexpected"
                                                                           if unexpected else "")),
         Invariant("no lost deliveries", not lost,
-                  f"{len(lost)} lost ({len(unfinished)} unfinished, {len(never_received)} marked succeeded "
-                  f"but never received)" if lost else "every delivery succeeded or was dead-lettered"),
+                  (f"{len(lost)} lost ({len(unfinished)} unfinished, {len(never_received)} marked succeeded "
+                   f"but never received)" if lost else "every delivery succeeded or was dead-lettered")
+                  + f"; {_dead_letter_queue(d, parked)}"),
         # A repeat POST with the same webhook-id is the documented at-least-once
         # case: the sender died after the receiver answered. A cut attempt is a
         # sender killed mid-body. Each needs a crash of its own.
@@ -222,7 +229,10 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
             "deliveries": len(d.statuses),
             "deliveries_made": len(succeeded),
             "dead_letters": len(dead),
-            "sqs_dead_letters": d.sqs_dead_letters,
+            "sqs_redriven": d.sqs_redriven,
+            "sqs_parked": d.sqs_parked,
+            "parked_deliveries": len(parked),
+            "parked_ids": parked[:20],
             "status_counts": dict(statuses),
             "receiver_requests": d.requests,
             "cut_attempts": d.cut_attempts,
@@ -248,6 +258,12 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
         "timeline": _timeline(d.first_accepted, invocations, started, replicas),
         "metrics": {k: round(v, 3) for k, v in sorted(metric_totals.items())},
     }
+
+
+def _dead_letter_queue(d: DeliveryFacts, parked: list[str]) -> str:
+    """What the end-of-run redrive moved, and what the dead-letter queue still holds."""
+    return (f"SQS dead-letter queue: {d.sqs_redriven} messages redriven at the end of the run, {d.sqs_parked} "
+            f"parked after it ({len(parked)} of them expected deliveries, the rest malformed)")
 
 
 def _payment_summary(payments: list[EffectCheck], paid_ids: set[str], d: DeliveryFacts) -> dict[str, Any]:

@@ -202,6 +202,10 @@ class WebhookLoad:
                 self.message_delivery[message.message_id] = delivery_id
         return messages
 
+    def deliveries_of(self, messages: list[Message]) -> set[str]:
+        """The expected deliveries ``messages`` carry (malformed ones carry none)."""
+        return {self.message_delivery[m.message_id] for m in messages if m.message_id in self.message_delivery}
+
     def on_feed(self, message_id: str, at: float) -> None:
         delivery_id = self.message_delivery.get(message_id)
         if delivery_id is not None and delivery_id not in self.first_sent:
@@ -224,7 +228,9 @@ class WebhookLoad:
             self.scheduled[delivery_id] = max(float(delay), self.scheduled.get(delivery_id, 0.0))
 
     def facts(self, conn: psycopg.Connection[Any], receiver: Any, messages_sent: int,
-              sqs_dead_letters: int) -> DeliveryFacts:
+              redriven: list[Message], parked: list[Message]) -> DeliveryFacts:
+        """``redriven``: the messages moved back from the dead-letter queue at
+        the end of the run; ``parked``: the ones in it after that."""
         statuses = {str(i): str(s) for i, s in conn.execute(DELIVERY_STATUSES, (self.subscription_ids,))}
         fenced_row = conn.execute(FENCED_ATTEMPTS, (self.subscription_ids,)).fetchone()
         seen = tally_receiver(receiver, set(self.subscription_ids))
@@ -233,7 +239,8 @@ class WebhookLoad:
             expected_ids=set(self.expected), statuses=statuses, accepted=seen.accepted, requests=seen.requests,
             cut_attempts=seen.cut_attempts, unverified=seen.unverified, first_sent=dict(self.first_sent),
             first_accepted=seen.first_accepted,
-            fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_dead_letters=sqs_dead_letters,
+            fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_redriven=len(redriven),
+            sqs_parked=len(parked), parked_ids=self.deliveries_of(parked),
             ordinary_ids=self.ordinary_ids)
 
 
