@@ -3,7 +3,8 @@ PostgreSQL/Redis on 127.0.0.1, or start an embedded one; start dynalite (the
 DynamoDB-compatible server that locks each key) from the repo's node_modules.
 
 Every server binds 127.0.0.1 only. Whatever is started here is stopped by
-``LocalServers.stop()`` (and at interpreter exit)."""
+``LocalServers.stop()`` (and at interpreter exit), and by a watcher process
+(reaper.py) if this process dies without stopping them (SIGKILL)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .reaper import Reaper
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DYNALITE_LAUNCHER = Path(__file__).with_name("dynalite_launcher.js")
@@ -99,14 +102,25 @@ class LocalServers:
     threads: list[object] = field(default_factory=list)  # in-process servers with a stop()
     tempdirs: list[tempfile.TemporaryDirectory[str]] = field(default_factory=list)
     logs: dict[str, Path] = field(default_factory=dict)  # endpoint -> the server's output
+    reaper: Reaper | None = None  # started with the first server: stops them all if this process is killed
 
     def __post_init__(self) -> None:
         atexit.register(self.stop)
 
+    def _watcher(self) -> Reaper:
+        if self.reaper is None:
+            self.reaper = Reaper()
+        return self.reaper
+
     def _tempdir(self, prefix: str) -> Path:
         tmp = tempfile.TemporaryDirectory(prefix=prefix)
         self.tempdirs.append(tmp)
+        self._watcher().remove_later(Path(tmp.name))
         return Path(tmp.name)
+
+    def _started(self, proc: subprocess.Popen[bytes]) -> None:
+        self.processes.append(proc)
+        self._watcher().watch_process(proc.pid)
 
     def postgres(self, url: str | None = None, *, embedded: bool = False) -> str:
         """A PostgreSQL URL: ``url`` if given, else the local server if it answers,
@@ -126,8 +140,11 @@ class LocalServers:
         for _ in range(EMBEDDED_POSTGRES_ATTEMPTS):
             # initdb + start can fail on a machine short of shared memory or
             # CPU for a moment; a fresh data directory usually starts.
+            pgdata = self._tempdir("onceonly-pg-")
+            # Named before pg_ctl starts it: a kill during its start is covered too.
+            self._watcher().watch_postmaster(pgdata)
             try:
-                server = embedded_postgres.get_server(self._tempdir("onceonly-pg-"), cleanup_mode="stop")
+                server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
             except (subprocess.CalledProcessError, OSError) as exc:
                 failure = exc
                 continue
@@ -148,7 +165,7 @@ class LocalServers:
              "--dir", str(self._tempdir("onceonly-redis-"))],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        self.processes.append(proc)
+        self._started(proc)
         wait_for_port(port, proc, "redis-server")
         return f"redis://127.0.0.1:{port}/0"
 
@@ -170,7 +187,7 @@ class LocalServers:
         with log.open("wb") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                     env={**os.environ, "DYNALITE_MODULE": str(module)})
-        self.processes.append(proc)
+        self._started(proc)
         self.logs[endpoint] = log
         wait_for_port(port, proc, "dynalite", log=log)
         return endpoint
@@ -208,3 +225,6 @@ class LocalServers:
         for tmp in self.tempdirs:
             tmp.cleanup()
         self.tempdirs.clear()
+        if self.reaper is not None:
+            self.reaper.done()
+            self.reaper = None

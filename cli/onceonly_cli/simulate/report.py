@@ -262,6 +262,8 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
 
 def _dead_letter_queue(d: DeliveryFacts, parked: list[str]) -> str:
     """What the end-of-run redrive moved, and what the dead-letter queue still holds."""
+    if not d.sqs_redriven and not d.sqs_parked:
+        return "SQS dead-letter queue: nothing parked"
     return (f"SQS dead-letter queue: {d.sqs_redriven} messages redriven at the end of the run, {d.sqs_parked} "
             f"parked after it ({len(parked)} of them expected deliveries, the rest malformed)")
 
