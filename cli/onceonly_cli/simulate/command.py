@@ -24,8 +24,8 @@ import onceonly
 from onceonly.scheduled import tick_lock_name
 
 from ..errors import CliError
-from ..servers import REPO_ROOT
-from ..standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, store_keyword
+from ..servers import REPO_ROOT, ServerSetupError, check_embedded_postgres
+from ..standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, check_standin, store_keyword
 from ..stores import redact
 from ..template import QueueSettings, TemplateError, schedule_expression, source_queue
 from .billing_load import TICKS_PER_JOB, BillingLoad, verify_ses_sender
@@ -108,6 +108,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     specs = {fid: spec for fid, spec in simulated_functions(REPO_ROOT / "template.yaml").items()
              if fid in (DISPATCH, RETRY, WATCHER, *BILLING_JOBS)}
     queue = dispatch_queue()
+    _check_preconditions(args)
     if store_keyword(args.store) == ALL:
         reports = []
         for kind in KEYWORDS:
@@ -115,6 +116,19 @@ def simulate_command(args: argparse.Namespace) -> int:
             reports.append(run_simulation(args, kind, seed, specs, queue, console))
         return _publish(args, build_comparison(reports, seed), render_comparison_html, print_comparison)
     return _publish(args, run_simulation(args, args.store, seed, specs, queue, console), render_html, print_report)
+
+
+def _check_preconditions(args: argparse.Namespace) -> None:
+    """Everything every run needs, checked before the first one starts: one
+    line with its fix (CliError), not a failure after minutes of work."""
+    keyword = store_keyword(args.store)
+    if args.database is None:
+        try:
+            check_embedded_postgres()
+        except ServerSetupError as exc:
+            raise CliError(str(exc)) from None
+    for kind in KEYWORDS if keyword == ALL else (keyword,) if keyword else ():
+        check_standin(kind)
 
 
 def dispatch_queue() -> QueueSettings:
