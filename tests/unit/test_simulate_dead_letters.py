@@ -14,7 +14,7 @@ import pytest
 
 from onceonly_cli.simulate.loadgen import Driver, Message
 from onceonly_cli.simulate.replicas import Invocation, InvocationResult
-from onceonly_cli.simulate.report import DeliveryFacts, build_report
+from onceonly_cli.simulate.report import DeliveryFacts, EffectCheck, build_report
 from onceonly_cli.template import TemplateError, source_queue
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,3 +92,14 @@ def test_a_delivery_whose_message_is_parked_is_reported_parked_not_lost() -> Non
 def test_a_delivery_missing_without_a_parked_message_is_lost() -> None:
     verdicts = _verdicts(_facts({"a": "succeeded"}, parked=set()))
     assert not verdicts["no lost deliveries"]["ok"] and not verdicts["one delivery per event"]["ok"]
+
+
+def test_a_parked_invoice_paid_delivery_is_not_missing() -> None:
+    now = time.time()
+    payments = [EffectCheck("payment-watcher", "payments", 1, 1)]
+    for parked, ok in (({"b"}, True), (set(), False)):
+        report = build_report(config={}, started=now - 1, finished=now, replicas=1,
+                              deliveries=_facts({"a": "succeeded"}, parked), ticks=[], effects=[], invocations=[],
+                              kills=0, restarts=0, drained=True, drain_detail="", payments=payments, paid_ids={"b"})
+        (paid,) = [i for i in report["invariants"] if i["name"] == "invoice.paid: one delivery per subscription"]
+        assert paid["ok"] is ok, paid

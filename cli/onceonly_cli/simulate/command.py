@@ -297,7 +297,8 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         state = store.inspect(tick_lock_name(tick.job, datetime.fromisoformat(tick.tick)))
         tick.completed = bool(state and state.completed)
         tick.final_token = state.token if state else None
-    facts = load.facts(conn, stack.receiver, driver.messages_sent, driver.redriven, driver.dead_letter_queue)
+    load.park(driver.dead_letter_queue)
+    facts = load.facts(conn, stack.receiver, driver.messages_sent, driver.redriven)
     config["startup_seconds"] = round(start - pool_started, 2)
     return build_report(
         config=config, started=start, finished=finished, replicas=args.replicas, deliveries=facts, ticks=ticks,

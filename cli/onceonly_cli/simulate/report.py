@@ -286,7 +286,8 @@ def _payment_invariants(payments: list[EffectCheck], paid_ids: set[str], d: Deli
     row and activity event per invoice it paid); each paid invoice announced to
     every subscription by exactly one delivery, received (or dead-lettered)."""
     bad = [f"{e.what}: expected {e.expected}, got {e.actual}" for e in payments if not e.ok]
-    missing = sorted(paid_ids - d.statuses.keys())
+    parked = (paid_ids & d.parked_ids) - d.statuses.keys()
+    missing = sorted(paid_ids - d.statuses.keys() - parked)
     unfinished = sorted(i for i in paid_ids & d.statuses.keys()
                         if not (d.statuses[i] == "dead" or (d.statuses[i] == "succeeded" and d.accepted.get(i))))
     repeats = sum(d.accepted.get(i, 0) - 1 for i in paid_ids if d.accepted.get(i, 0) > 1)
@@ -297,7 +298,8 @@ def _payment_invariants(payments: list[EffectCheck], paid_ids: set[str], d: Deli
                   else "no payments"),
         Invariant("invoice.paid: one delivery per subscription", delivered_ok,
                   f"{len(paid_ids)} expected, {len(missing)} missing, {len(unfinished)} not received, "
-                  f"{repeats} repeat 2xx POSTs"),
+                  f"{repeats} repeat 2xx POSTs"
+                  + (f", {len(parked)} parked in the dead-letter queue" if parked else "")),
     ]
 
 

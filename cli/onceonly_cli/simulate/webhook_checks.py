@@ -166,6 +166,8 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
         for row in cur.execute(ATTEMPTS, (sorted(load.trickled),)):
             attempts.setdefault(row["delivery_id"], []).append(row)
     statuses = {d["id"]: d["status"] for d in deliveries}
-    return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed),
-            judge_retry_after(requests, statuses, load.retry_after_of, cap, load.scheduled, longest),
-            judge_trickle(requests, attempts, statuses, load.trickled, kills)]
+    # A delivery whose messages are parked in the dead-letter queue never ran: not judged here.
+    hostile = {i: value for i, value in load.retry_after_of.items() if i not in load.parked}
+    return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed - load.parked),
+            judge_retry_after(requests, statuses, hostile, cap, load.scheduled, longest),
+            judge_trickle(requests, attempts, statuses, load.trickled - load.parked, kills)]

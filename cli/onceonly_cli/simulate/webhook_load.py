@@ -72,12 +72,14 @@ class WebhookLoad:
     retry_after_of: dict[str, str] = field(default_factory=dict)  # hostile delivery id -> its Retry-After
     scheduled: dict[str, float] = field(default_factory=dict)  # hostile delivery id -> the longest delay seen
     trickled: set[str] = field(default_factory=set)  # delivery ids whose first answer trickles
+    parked: set[str] = field(default_factory=set)  # delivery ids whose messages all sit in the dead-letter queue
     misaddressed: set[str] = field(default_factory=set)  # delivery ids that must be refused, never sent
     message_delivery: dict[str, str] = field(default_factory=dict)  # SQS message id -> delivery id
     first_sent: dict[str, float] = field(default_factory=dict)
     events_in: int = 0  # distinct generated events (deliveries), duplicates not counted
     events_fed: int = 0  # of those, how many were sent at least once
     duplicate_messages: int = 0
+    sqs_parked: int = 0  # messages in the dead-letter queue after the end-of-run redrive
 
     def seed(self, database_url: str, receiver: Any, latency: float, failure_rate: float) -> None:
         """Ordinary subscriptions for every tenant (slow and flaky as asked), and
@@ -227,10 +229,16 @@ class WebhookLoad:
         for delivery_id, delay in conn.execute(RETRY_SCHEDULED, (list(self.retry_after_of),)):
             self.scheduled[delivery_id] = max(float(delay), self.scheduled.get(delivery_id, 0.0))
 
+    def park(self, dead_letter_queue: list[Message]) -> None:
+        """Note the deliveries the messages left in the dead-letter queue carry,
+        after the end-of-run redrive: waiting for an operator, not judged lost."""
+        self.sqs_parked = len(dead_letter_queue)
+        self.parked = self.deliveries_of(dead_letter_queue)
+
     def facts(self, conn: psycopg.Connection[Any], receiver: Any, messages_sent: int,
-              redriven: list[Message], parked: list[Message]) -> DeliveryFacts:
+              redriven: list[Message]) -> DeliveryFacts:
         """``redriven``: the messages moved back from the dead-letter queue at
-        the end of the run; ``parked``: the ones in it after that."""
+        the end of the run (see :meth:`park` for the ones still in it)."""
         statuses = {str(i): str(s) for i, s in conn.execute(DELIVERY_STATUSES, (self.subscription_ids,))}
         fenced_row = conn.execute(FENCED_ATTEMPTS, (self.subscription_ids,)).fetchone()
         seen = tally_receiver(receiver, set(self.subscription_ids))
@@ -240,7 +248,7 @@ class WebhookLoad:
             cut_attempts=seen.cut_attempts, unverified=seen.unverified, first_sent=dict(self.first_sent),
             first_accepted=seen.first_accepted,
             fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_redriven=len(redriven),
-            sqs_parked=len(parked), parked_ids=self.deliveries_of(parked),
+            sqs_parked=self.sqs_parked, parked_ids=set(self.parked),
             ordinary_ids=self.ordinary_ids)
 
 
