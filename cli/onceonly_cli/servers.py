@@ -132,7 +132,8 @@ class LocalServers:
             self.reaper = Reaper()
         return self.reaper
 
-    def _tempdir(self, prefix: str) -> Path:
+    def tempdir(self, prefix: str) -> Path:
+        """A temporary folder removed with the servers (by the watcher too, if this process is killed)."""
         tmp = tempfile.TemporaryDirectory(prefix=prefix)
         self.tempdirs.append(tmp)
         self._watcher().remove_later(Path(tmp.name))
@@ -155,7 +156,7 @@ class LocalServers:
         for _ in range(EMBEDDED_POSTGRES_ATTEMPTS):
             # initdb + start can fail on a machine short of shared memory or
             # CPU for a moment; a fresh data directory usually starts.
-            pgdata = self._tempdir("onceonly-pg-")
+            pgdata = self.tempdir("onceonly-pg-")
             # Named before pg_ctl starts it: a kill during its start is covered too.
             self._watcher().watch_postmaster(pgdata)
             try:
@@ -177,7 +178,7 @@ class LocalServers:
         port = free_port()
         proc = subprocess.Popen(
             [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-             "--dir", str(self._tempdir("onceonly-redis-"))],
+             "--dir", str(self.tempdir("onceonly-redis-"))],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self._started(proc)
@@ -192,7 +193,7 @@ class LocalServers:
         node, module = dynalite_paths()
         port = free_port()
         endpoint = f"http://127.0.0.1:{port}"
-        log = self._tempdir("onceonly-dynalite-") / "dynalite.log"
+        log = self.tempdir("onceonly-dynalite-") / "dynalite.log"
         args = [node, str(DYNALITE_LAUNCHER), str(port), *([str(path)] if path is not None else [])]
         with log.open("wb") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,

@@ -250,6 +250,7 @@ def test_a_signal_mid_run_leaves_no_process_behind(tmp_path: Path, signum: int, 
         with contextlib.suppress(psutil.NoSuchProcess):
             orphan.kill()
     assert not left, commands
+    assert not list(tmp_path.glob("onceonly-*")), list(tmp_path.iterdir())  # data folders, logs: removed too
     if signum != signal.SIGKILL:
         stderr = proc.stderr.read() if proc.stderr else ""
         assert "Traceback" not in stderr and f"stopped by {signal.Signals(signum).name}" in stderr, stderr[-2000:]
