@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onceonly_cli.lambda_runtime import LambdaContext, load_handler
+from onceonly_cli.lambda_runtime import LambdaContext, close_function_clients, load_handler
 
 from . import REPO_ROOT
 from .function_clients import open_function_clients
@@ -59,6 +59,7 @@ def dispatch_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[
         history.write(worker=worker_no, records=[r["messageId"] for r in event["Records"]],
                       failures=[f["itemIdentifier"] for f in response["batchItemFailures"]], kinds=kinds[seen:])
     history.close()
+    close_function_clients()
 
 
 def retry_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str, str]) -> None:
@@ -71,6 +72,7 @@ def retry_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str
     summary = handler(scheduled_event(), LambdaContext(function_name="webhook-retry", timeout_seconds=60))
     history.write(worker=worker_no, pid=os.getpid(), **summary)
     history.close()
+    close_function_clients()
 
 
 def lone_worker(function: str, event: dict[str, Any], history_path: Path, env: dict[str, str]) -> None:
@@ -82,6 +84,7 @@ def lone_worker(function: str, event: dict[str, Any], history_path: Path, env: d
     response = handler(event, LambdaContext(function_name=function, timeout_seconds=60))
     history.write(pid=os.getpid(), response=response)
     history.close()
+    close_function_clients()
 
 
 def kill_mid_request(function: str, event: dict[str, Any], history_path: Path, env: dict[str, str],

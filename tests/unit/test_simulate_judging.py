@@ -69,9 +69,9 @@ def test_the_scaling_rate_counts_the_ordinary_deliveries_over_their_own_span() -
     facts = DeliveryFacts(
         events_in=3, messages_sent=3, duplicate_messages=0, expected_ids={"a", "b", "hostile"},
         statuses={"a": "succeeded", "b": "succeeded", "hostile": "succeeded"},
-        accepted=Counter({"a": 1, "b": 1, "hostile": 1}), requests=3, unverified=0,
+        accepted=Counter({"a": 1, "b": 1, "hostile": 1}), requests=3, cut_attempts=0, unverified=0,
         first_sent={"a": 100.0, "b": 100.5, "hostile": 100.0},
-        first_accepted={"a": 101.0, "b": 102.0, "hostile": 111.0}, fenced_refused=0, sqs_dead_letters=0,
+        first_accepted={"a": 101.0, "b": 102.0, "hostile": 111.0}, fenced_refused=0, sqs_redriven=0, sqs_parked=0,
         ordinary_ids={"a", "b"})
     report = build_report(config={}, started=100.0, finished=111.0, replicas=1, deliveries=facts, ticks=[],
                           effects=[], invocations=[], kills=0, restarts=0, drained=True, drain_detail="")

@@ -198,8 +198,10 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
             attempts.setdefault(row["delivery_id"], []).append(row)
         held_attempts = cur.execute(HELD_ATTEMPTS, (sorted(load.held),)).fetchall()
     statuses = {d["id"]: d["status"] for d in deliveries}
-    return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed),
-            judge_retry_after(requests, statuses, load.retry_after_of, cap, load.scheduled, longest),
-            judge_trickle(requests, attempts, statuses, load.trickled, kills),
-            judge_held([r for r in requests if r.endpoint == load.gone], held_attempts, statuses, load.held,
-                       load.disabled_at, load.enabled_at)]
+    # A delivery whose messages are parked in the dead-letter queue never ran: not judged here.
+    hostile = {i: value for i, value in load.retry_after_of.items() if i not in load.parked}
+    return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed - load.parked),
+            judge_retry_after(requests, statuses, hostile, cap, load.scheduled, longest),
+            judge_trickle(requests, attempts, statuses, load.trickled - load.parked, kills),
+            judge_held([r for r in requests if r.endpoint == load.gone], held_attempts, statuses,
+                       load.held - load.parked, load.disabled_at, load.enabled_at)]

@@ -37,11 +37,19 @@ default) is a direct connection or a session pooler.
 Options already in the URL (``connect_timeout``, ``keepalives*``,
 ``tcp_user_timeout``, ``statement_timeout`` inside ``options``) win; a URL's own
 ``options`` are sent as given, so leave them out behind a pooler.
+
+Every pool built here that is still open when the interpreter exits is closed
+by an ``atexit`` hook: since Python 3.13 an unclosed pool's ``__del__`` joins
+its worker threads during interpreter shutdown and can hang the process there
+(psycopg#930, #954). A Lambda handler's module-level pool has no other moment
+to be closed; callers that can should still close theirs explicitly.
 """
 
 from __future__ import annotations
 
+import atexit
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -163,7 +171,7 @@ def bounded_pool(
             with conn.transaction():
                 conn.execute(SET_SESSION_STATEMENT_TIMEOUT.format(ms=statement_timeout_ms))
 
-    return FailFastPool(
+    pool: ConnectionPool[Any] = FailFastPool(
         source,
         connection_class=connection_class,
         kwargs={"autocommit": autocommit, "prepare_threshold": prepare_threshold_for(options.transaction_pooled)},
@@ -178,3 +186,16 @@ def bounded_pool(
         open=True,
         name=name,
     )
+    _OPEN_POOLS.add(pool)
+    return pool
+
+
+# The pools built by bounded_pool, held weakly: one collected early needs nothing.
+_OPEN_POOLS: weakref.WeakSet[ConnectionPool[Any]] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_pools() -> None:
+    """Close, before interpreter shutdown, each pool nobody closed (see the module docstring)."""
+    for pool in list(_OPEN_POOLS):
+        pool.close()
