@@ -36,6 +36,11 @@ Assumptions worth knowing:
   such a retry raises StoreUnavailableError instead of reporting contention:
   the first attempt may have been applied and its reply lost, so the grant may
   exist, held by nobody, until its lease runs out. Nothing is granted twice.
+- One deadline per call. A call of many requests (claim, put_many, ack_many,
+  depth) ends within the store's ``timeout`` as a whole: each request waits no
+  longer than the time left, nothing is sent after the deadline, and the error
+  says how many requests may have been applied (docs/coordination.md,
+  "DynamoDB: one deadline per call").
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote, urlsplit
 
 import boto3
@@ -66,10 +72,10 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from ..api import Claim, Lease, LeaseState, QueueDepth
+from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, OnceOnlyError, StoreNotReadyError, StoreUnavailableError
 from . import _common as common
-from .timeouts import TIMEOUT_OPTION, dynamodb_budget, timeout_from
+from .timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, dynamodb_budget, timeout_from
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +238,80 @@ def _client_config(timeout: float) -> Config:
     )
 
 
+# -- one deadline per call ---------------------------------------------------
+# The deadline of the call the current thread sends requests for (the caller's
+# thread for a call's first request, a pool thread for the others).
+_active = threading.local()
+_DEADLINE_HANDLER = "onceonly-call-deadline"
+
+
+@dataclass
+class Deadline:
+    """One store call's time bound, fixed when the call starts: every request
+    it sends, retries included, must start before ``at`` (time.monotonic)."""
+
+    what: str
+    seconds: float
+    at: float = field(init=False)
+    first: bool = field(init=False, default=True)  # no request sent yet
+
+    def __post_init__(self) -> None:
+        self.at = time.monotonic() + self.seconds
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+
+class _DeadlinePassed(Exception):
+    """Raised by the before-send hook: botocore neither sends nor retries it."""
+
+    def __init__(self, attempt: int) -> None:
+        super().__init__(f"the call's deadline passed before attempt {attempt}")
+        self.attempt = attempt
+
+
+class _CutOff(StoreUnavailableError):
+    """One request of a call that its deadline cut off: ``sent`` when it may
+    have reached DynamoDB (and been applied), not when it never left."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+def _bound_by_deadline(request: Any, **_: Any) -> None:
+    """botocore ``before-send`` hook, run before every attempt of every request:
+    past the deadline of the thread's call, refuse to send (a retry included);
+    before it, wait for the reply no longer than the time left (botocore honours
+    a per-request ``read_timeout`` since boto/botocore#3770; older versions keep
+    the client's, and only the caller stops waiting)."""
+    deadline: Deadline | None = getattr(_active, "deadline", None)
+    context = getattr(request, "context", None)
+    if deadline is None or context is None:
+        return
+    remaining = deadline.remaining()
+    if remaining <= 0:
+        raise _DeadlinePassed(int(context.get("retries", {}).get("attempt", 1)))
+    configured = context["client_config"].read_timeout
+    context["read_timeout"] = min(configured, remaining) if configured else remaining
+
+
+def _outcome(request: Callable[[], _T]) -> _T | OnceOnlyError:
+    try:
+        return request()
+    except OnceOnlyError as exc:
+        return exc
+
+
+def _under(deadline: Deadline, request: Callable[[], _T]) -> _T | OnceOnlyError:
+    """``request`` with this thread's requests bound by ``deadline``."""
+    _active.deadline = deadline
+    try:
+        return _outcome(request)
+    finally:
+        _active.deadline = None
+
+
 @dataclass(frozen=True)
 class _ClaimRound:
     """What every conditional claim write of one claim() call shares."""
@@ -245,20 +325,28 @@ class DynamoDBStore:
     """Leases and queues on one DynamoDB table. Pass your own boto3 DynamoDB
     client (built once per warm container) or build one with :meth:`from_url`.
     Raises StoreNotReadyError when the table is missing, StoreUnavailableError
-    when DynamoDB cannot be reached or answers with an error."""
+    when DynamoDB cannot be reached or answers with an error.
+
+    Every call but setup() ends within ``timeout`` seconds, however many
+    requests it sends (see :meth:`_run`)."""
 
     kind = "dynamodb"
 
     def __init__(
         self, client: Any, table: str, shards: int = DEFAULT_SHARDS, *, owns_client: bool = False,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self._client = client
         # Every "now" of this store (DynamoDB has no server clock): epoch seconds.
         self.clock = clock
         self.table = _check_table(table)
         self.shards = _check_shards(shards)
+        self.timeout = common.check_seconds(timeout, "timeout")
+        # A client built by from_url bounds each request by ``timeout`` itself,
+        # so a call's first request can run on the caller's thread.
         self._owns_client = owns_client
+        client.meta.events.register_first("before-send.dynamodb", _bound_by_deadline,
+                                          unique_id=_DEADLINE_HANDLER)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._transactions = True  # until the server says it has none (dynalite)
@@ -284,7 +372,8 @@ class DynamoDBStore:
             endpoint_url = _check_endpoint(endpoint_url)
         shards = _check_shards(options.get("shards", DEFAULT_SHARDS))
         table = _check_table(table)
-        config = _client_config(timeout_from(options))
+        timeout = timeout_from(options)
+        config = _client_config(timeout)
         try:
             client = boto3.session.Session().client(
                 "dynamodb", region_name=region, endpoint_url=endpoint_url, config=config
@@ -295,7 +384,7 @@ class DynamoDBStore:
             ) from exc
         except BotoCoreError as exc:
             raise ConfigError(f"cannot build a DynamoDB client: {exc}") from exc
-        return cls(client, table, shards, owns_client=True, clock=clock)
+        return cls(client, table, shards, owns_client=True, clock=clock, timeout=timeout)
 
     # -- calls and error translation ------------------------------------------
     def _translate(self, what: str, exc: Exception) -> OnceOnlyError:
@@ -319,73 +408,150 @@ class DynamoDBStore:
             return StoreUnavailableError(f"DynamoDB unreachable during {what}: {exc}")
         return StoreUnavailableError(f"DynamoDB error during {what} on table {self.table!r}: {exc}")
 
-    def _call(self, what: str, operation: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            response: dict[str, Any] = getattr(self._client, operation)(TableName=self.table, **kwargs)
-            return response
-        except (ClientError, BotoCoreError) as exc:
-            raise self._translate(what, exc) from exc
+    def _start(self, what: str) -> Deadline:
+        """The deadline of a call that starts now."""
+        return Deadline(what, self.timeout)
 
-    def _conditional(self, what: str, operation: str, **kwargs: Any) -> dict[str, Any] | None:
-        """A conditional write: its response, or None when the condition failed
-        (contention or a stale holder: a normal result, not an error)."""
+    def _cut_off(self, deadline: Deadline, *, sent: bool) -> _CutOff:
+        if sent:
+            return _CutOff(f"DynamoDB {deadline.what} on table {self.table!r}: no reply within the call's"
+                           f" {deadline.seconds:g} s timeout; the request may have been applied", sent=True)
+        return _CutOff(f"DynamoDB {deadline.what} on table {self.table!r}: not sent, the call's"
+                       f" {deadline.seconds:g} s timeout had passed", sent=False)
+
+    def _call(self, deadline: Deadline, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """One request of the call; its response."""
+        return self._one(deadline, partial(self._send, deadline, operation, kwargs))
+
+    def _conditional(self, deadline: Deadline, operation: str, **kwargs: Any) -> dict[str, Any] | None:
+        """One conditional write of the call: its response, or None when the
+        condition failed (contention or a stale holder: a normal result)."""
+        return self._one(deadline, partial(self._send_conditional, deadline, operation, kwargs))
+
+    def _one(self, deadline: Deadline, request: Callable[[], _T]) -> _T:
+        """``request`` sends ONE request: the first of a call runs on the
+        caller's thread when the client bounds it by the timeout already (built
+        by from_url); any other goes through :meth:`_run`."""
+        if deadline.first and self._owns_client:
+            deadline.first = False
+            outcome = _under(deadline, request)
+        else:
+            (outcome,) = self._run(deadline, [request])
+        if isinstance(outcome, OnceOnlyError):
+            raise outcome
+        return outcome
+
+    def _send(self, deadline: Deadline, operation: str, kwargs: dict[str, Any], *, table: bool = True
+              ) -> dict[str, Any]:
+        """One request on this thread (``table``: of the store's table)."""
+        params = {"TableName": self.table, **kwargs} if table else kwargs
         try:
-            response: dict[str, Any] = getattr(self._client, operation)(TableName=self.table, **kwargs)
+            response: dict[str, Any] = getattr(self._client, operation)(**params)
             return response
-        except ClientError as exc:
-            if _error_code(exc) != "ConditionalCheckFailedException":
-                raise self._translate(what, exc) from exc
+        except _DeadlinePassed as exc:
+            raise self._cut_off(deadline, sent=exc.attempt > 1) from exc
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(deadline.what, exc) from exc
+
+    def _send_conditional(
+        self, deadline: Deadline, operation: str, kwargs: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        try:
+            return self._send(deadline, operation, kwargs)
+        except OnceOnlyError as error:
+            exc = error.__cause__
+            if not isinstance(exc, ClientError) or _error_code(exc) != "ConditionalCheckFailedException":
+                raise
             if _retry_attempts(exc):
                 # botocore sent this write again after an attempt that failed,
                 # perhaps one whose reply was lost after it was applied: the
                 # failed condition may be our own write. Say "unknown", not "no".
                 raise StoreUnavailableError(
-                    f"DynamoDB {what} on table {self.table!r}: the condition failed on a retry, so an earlier"
-                    " attempt may have been applied; what it granted expires with its ttl/lease"
+                    f"DynamoDB {deadline.what} on table {self.table!r}: the condition failed on a retry, so an"
+                    " earlier attempt may have been applied; what it granted expires with its ttl/lease"
                 ) from exc
             return None
-        except BotoCoreError as exc:
-            raise self._translate(what, exc) from exc
 
-    def _transact(self, what: str, writes: list[dict[str, Any]]) -> list[str] | None:
-        """One TransactWriteItems: [] when applied, the cancellation reason code
-        of each write when cancelled (all or nothing: none was applied), None
-        when this server has no transactions (dynalite). The request token makes
-        botocore's retry of a request whose reply was lost idempotent: DynamoDB
-        answers it with the first attempt's outcome instead of applying it twice."""
+    def _transact(self, deadline: Deadline, writes: list[dict[str, Any]]) -> Literal[True] | list[str] | None:
+        """One TransactWriteItems: True when applied; when cancelled (all or
+        nothing: none was applied), the cancellation reason code of each write;
+        None when it was not applied and says nothing usable (a cancellation
+        without one reason per write, which a DynamoDB-compatible server or
+        proxy may send) or this server has no transactions (dynalite): then the
+        caller writes item by item. The request token makes botocore's retry of
+        a request whose reply was lost idempotent: DynamoDB answers it with the
+        first attempt's outcome instead of applying it twice."""
         if not self._transactions:
             return None
+        return self._one(deadline, partial(self._send_transaction, deadline, writes))
+
+    def _send_transaction(self, deadline: Deadline, writes: list[dict[str, Any]]) -> Literal[True] | list[str] | None:
         try:
-            self._client.transact_write_items(TransactItems=writes, ClientRequestToken=secrets.token_hex(16))
-            return []
-        except ClientError as exc:
-            code = _error_code(exc)
-            if code == "TransactionCanceledException":
-                return [str(reason.get("Code", "")) for reason in exc.response.get("CancellationReasons", [])]
+            self._send(deadline, "transact_write_items",
+                       {"TransactItems": writes, "ClientRequestToken": secrets.token_hex(16)}, table=False)
+            return True
+        except OnceOnlyError as error:
+            exc = error.__cause__
+            code = _error_code(exc) if isinstance(exc, ClientError) else ""
+            if isinstance(exc, ClientError) and code == "TransactionCanceledException":
+                reasons = [str(reason.get("Code", "")) for reason in exc.response.get("CancellationReasons", [])]
+                return reasons if len(reasons) == len(writes) else None
             if code == "UnknownOperationException":
                 log.info("table %s: this DynamoDB server has no transactions; writing batches item by item",
                          self.table)
                 self._transactions = False
                 return None
-            raise self._translate(what, exc) from exc
-        except BotoCoreError as exc:
-            raise self._translate(what, exc) from exc
+            raise
 
-    def _concurrently(self, fn: Callable[[_A], _T], args: Sequence[_A]) -> list[_T | OnceOnlyError]:
-        """fn over args on the store's thread pool, results in input order; an
-        onceonly error is returned in its slot so one failure does not hide the
-        writes that succeeded."""
-        if len(args) <= 1:
-            return [self._outcome(fn, arg) for arg in args]
-        futures = [self._pool().submit(self._outcome, fn, arg) for arg in args]
-        return [future.result() for future in futures]
+    def _run(self, deadline: Deadline, requests: Sequence[Callable[[], _T]]) -> list[_T | OnceOnlyError]:
+        """Each of ``requests`` (a function sending one or a few requests) under
+        the call's deadline, results in input order; an onceonly error is
+        returned in its slot so one failure does not hide the writes that
+        succeeded.
 
-    @staticmethod
-    def _outcome(fn: Callable[[_A], _T], arg: _A) -> _T | OnceOnlyError:
-        try:
-            return fn(arg)
-        except OnceOnlyError as exc:
-            return exc
+        They run on the store's pool, concurrently (inline when already on a
+        pool thread of this call), and the caller waits for them only until the
+        deadline. A request the deadline cut off gets a _CutOff in its slot:
+        ``sent`` when it may have been applied (it gets no more time than the
+        deadline leaves: see _bound_by_deadline), not when it never left (one
+        still queued for a pool thread is cancelled, and the before-send hook
+        stops one that starts late, and botocore's retries)."""
+        if getattr(_active, "deadline", None) is deadline:  # on a pool thread of this call already
+            return [_outcome(request) for request in requests]
+        deadline.first = False
+        if deadline.remaining() <= 0:
+            return [self._cut_off(deadline, sent=False) for _ in requests]
+        futures = [self._pool().submit(_under, deadline, request) for request in requests]
+        wait(futures, timeout=deadline.remaining())
+        outcomes: list[_T | OnceOnlyError] = []
+        for future in futures:
+            if future.cancel():
+                outcomes.append(self._cut_off(deadline, sent=False))
+            elif future.done():
+                outcomes.append(future.result())
+            else:
+                outcomes.append(self._cut_off(deadline, sent=True))
+        return outcomes
+
+    def _failure(self, deadline: Deadline, outcomes: Sequence[object], unfinished: str, noun: str) -> OnceOnlyError:
+        """The one error a call raises when some of ``outcomes`` (one per
+        request or write, at least one an error) failed: how many were answered,
+        may have been applied, or were not sent, and what that leaves
+        (``unfinished``). An error that is not about reaching the store (a
+        missing table) is raised as it is."""
+        errors = [o for o in outcomes if isinstance(o, OnceOnlyError)]
+        cause = next((e for e in errors if not isinstance(e, _CutOff)), errors[0])
+        if not isinstance(cause, StoreUnavailableError):
+            return cause
+        unsent = sum(1 for e in errors if isinstance(e, _CutOff) and not e.sent)
+        error = StoreUnavailableError(
+            f"DynamoDB {deadline.what} on table {self.table!r} did not finish (timeout {deadline.seconds:g} s):"
+            f" {len(outcomes) - len(errors)} of {len(outcomes)} {noun} answered,"
+            f" {len(errors) - unsent} failed or unanswered (they may have been applied),"
+            f" {unsent} not sent; {unfinished}. First failure: {cause}"
+        )
+        error.__cause__ = cause
+        return error
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._executor_lock:
@@ -505,7 +671,7 @@ class DynamoDBStore:
     def close(self) -> None:
         with self._executor_lock:
             if self._executor is not None:
-                self._executor.shutdown(wait=True)
+                self._executor.shutdown(wait=True, cancel_futures=True)
                 self._executor = None
         if self._owns_client:
             self._client.close()
@@ -515,7 +681,7 @@ class DynamoDBStore:
         name, ttl = common.check_name(name), common.check_seconds(ttl, "ttl")
         now = self.clock()
         response = self._conditional(
-            "acquire", "update_item",
+            self._start("acquire"), "update_item",
             Key=_lease_key(name),
             ConditionExpression=LEASE_IS_FREE,
             UpdateExpression=GRANT_LEASE,
@@ -553,7 +719,7 @@ class DynamoDBStore:
         self, what: str, lease: Lease, update: str, values: dict[str, Any], return_values: str = "NONE"
     ) -> dict[str, Any] | None:
         return self._conditional(
-            what, "update_item",
+            self._start(what), "update_item",
             Key=_lease_key(common.check_lease(lease).name),
             ConditionExpression=LEASE_IS_HELD_BY_CALLER,
             UpdateExpression=update,
@@ -566,7 +732,7 @@ class DynamoDBStore:
 
     def inspect(self, name: str) -> LeaseState | None:
         key = _lease_key(common.check_name(name))
-        response = self._call("inspect", "get_item", Key=key, ConsistentRead=True)
+        response = self._call(self._start("inspect"), "get_item", Key=key, ConsistentRead=True)
         item = response.get("Item")
         if item is None:
             return None
@@ -597,7 +763,17 @@ def _page_size(needed: int) -> int:
     return needed + max(2, needed // 4)
 
 
-class DynamoDBQueue(common.AcksThenClaim):
+# What a call that did not finish may have left, per kind of call (the end of
+# its StoreUnavailableError message).
+PUT_MANY_UNFINISHED = "an unanswered put may have been written; put_many again writes them all"
+ACKS_UNFINISHED = ("an unanswered ack may have been applied (its item is then gone); an item not acked"
+                   " returns to the queue when its lease ends")
+CLAIM_UNFINISHED = ("an item granted by an unanswered write is held by nobody and returns to the queue"
+                    " when its lease ends")
+DEPTH_UNFINISHED = "depth only reads"
+
+
+class DynamoDBQueue:
     """A due queue on the store's table; see the module docstring for the layout."""
 
     def __init__(self, store: DynamoDBStore, name: str) -> None:
@@ -611,7 +787,8 @@ class DynamoDBQueue(common.AcksThenClaim):
         return [f"{self.name}#{k}" for k in range(self._store.shards)]
 
     def put(self, item_id: str, due_at: float | None = None, payload: Any = None) -> None:
-        self._put(common.check_put(item_id, due_at, payload))
+        put = common.check_put(item_id, due_at, payload)
+        self._store._call(self._store._start("put"), "update_item", **self._put_write(put))
 
     def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
         """The puts in TransactWriteItems of up to 100 (see :meth:`_write_all`).
@@ -620,11 +797,9 @@ class DynamoDBQueue(common.AcksThenClaim):
         puts = common.check_put_items(items)
         # One write per id (the later entry wins): a transaction takes an item
         # once, and concurrent writes of one item would land in any order.
-        self._write_all("put", [("update_item", self._put_write(put)) for put in common.last_put_per_item(puts)])
+        writes = [("update_item", self._put_write(put)) for put in common.last_put_per_item(puts)]
+        self._write_all(self._store._start("put_many"), writes, PUT_MANY_UNFINISHED)
         return len(puts)
-
-    def _put(self, put: common.CheckedPut) -> None:
-        self._store._call("put", "update_item", **self._put_write(put))
 
     def _put_write(self, put: common.CheckedPut) -> dict[str, Any]:
         return {
@@ -639,7 +814,9 @@ class DynamoDBQueue(common.AcksThenClaim):
             },
         }
 
-    def _write_all(self, what: str, writes: Sequence[tuple[str, dict[str, Any]]]) -> list[bool]:
+    def _write_all(
+        self, deadline: Deadline, writes: Sequence[tuple[str, dict[str, Any]]], unfinished: str
+    ) -> list[bool]:
         """Writes, each (operation, parameters), conditions kept: whether each
         was applied (False: its condition failed).
 
@@ -650,27 +827,35 @@ class DynamoDBQueue(common.AcksThenClaim):
         still refused after that (a conflict with a concurrent write), a second
         write of an item already in the transaction (a stale and a fresh claim
         of one item), and everything on a server without transactions
-        (dynalite) is written item by item, concurrently. Raises the first
-        store error after a batch was tried; writes of that batch and of
-        earlier ones may have been applied."""
-        applied = [False] * len(writes)
+        (dynalite) is written item by item, concurrently. When a request fails
+        or the deadline passes, no further batch is sent and StoreUnavailableError
+        says how many writes were answered, may have been applied, or were not
+        sent (``unfinished`` says what that leaves)."""
+        outcomes: list[bool | OnceOnlyError] = [self._store._cut_off(deadline, sent=False)] * len(writes)
         sizes = [len(json.dumps(params)) for _, params in writes]
         for batch in common.batches(sizes, MAX_TRANSACTION_ITEMS, MAX_TRANSACTION_BYTES):
             first_of_item = {writes[i][1]["Key"]["pk"]["S"]: i for i in reversed(batch)}
-            transacted, refused = self._transacted(what, writes, sorted(first_of_item.values()))
+            try:
+                transacted, refused = self._transacted(deadline, writes, sorted(first_of_item.values()))
+            except OnceOnlyError as exc:
+                for i in batch:
+                    outcomes[i] = exc
+                raise self._store._failure(deadline, outcomes, unfinished, "writes") from exc
+            for i in batch:
+                outcomes[i] = i in transacted  # a refused write is not applied: False
             one_by_one = [i for i in batch if i not in transacted and i not in refused]
-            outcomes = self._store._concurrently(
-                lambda i: self._store._conditional(what, writes[i][0], **writes[i][1]) is not None, one_by_one)
-            for i, outcome in zip(one_by_one, outcomes, strict=True):
-                if isinstance(outcome, OnceOnlyError):
-                    raise outcome
-                applied[i] = outcome
-            for i in transacted:
-                applied[i] = True
-        return applied
+            results = self._store._run(deadline, [partial(self._write_one, deadline, *writes[i]) for i in one_by_one])
+            for i, result in zip(one_by_one, results, strict=True):
+                outcomes[i] = result
+            if any(isinstance(result, OnceOnlyError) for result in results):
+                raise self._store._failure(deadline, outcomes, unfinished, "writes")
+        return [outcome is True for outcome in outcomes]
+
+    def _write_one(self, deadline: Deadline, operation: str, params: dict[str, Any]) -> bool:
+        return self._store._send_conditional(deadline, operation, params) is not None
 
     def _transacted(
-        self, what: str, writes: Sequence[tuple[str, dict[str, Any]]], indices: list[int]
+        self, deadline: Deadline, writes: Sequence[tuple[str, dict[str, Any]]], indices: list[int]
     ) -> tuple[set[int], set[int]]:
         """Up to TRANSACTION_ROUNDS transactions of ``writes[indices]`` (distinct
         items): (the writes applied, the writes refused by their condition)."""
@@ -678,10 +863,10 @@ class DynamoDBQueue(common.AcksThenClaim):
         for _ in range(TRANSACTION_ROUNDS):
             if not pending:
                 break
-            codes = self._store._transact(what, [self._transaction_item(*writes[i]) for i in pending])
-            if not codes:  # [] applied, None no transactions here
-                return (set(pending) if codes == [] else set()), refused
-            if len(codes) != len(pending):
+            codes = self._store._transact(deadline, [self._transaction_item(*writes[i]) for i in pending])
+            if codes is True:
+                return set(pending), refused
+            if codes is None:  # not applied, nothing said why: item by item
                 break
             refused |= {i for i, code in zip(pending, codes, strict=True) if code == CONDITION_FAILED}
             pending = [i for i in pending if i not in refused]
@@ -692,16 +877,24 @@ class DynamoDBQueue(common.AcksThenClaim):
 
     def cancel(self, item_id: str) -> bool:
         key = self._key(common.check_name(item_id, "item_id"))
-        response = self._store._call("cancel", "delete_item", Key=key, ReturnValues="ALL_OLD")
+        response = self._store._call(self._store._start("cancel"), "delete_item", Key=key, ReturnValues="ALL_OLD")
         return bool(response.get("Attributes"))
 
     # -- claim ------------------------------------------------------------
-    def _claim(self, limit: int, lease: float) -> list[Claim]:
-        """See :class:`onceonly.Queue`. Walks the shards from a random one, so
-        concurrent claimers start apart. If DynamoDB fails after some items were
+    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
+        """See :class:`onceonly.Queue`. ``acks`` are acked first (as ack_many),
+        then the claim runs, all within one deadline. Every argument is checked
+        before the first request."""
+        acks = common.check_claims(acks, self.name)
+        limit, lease = common.check_limit(limit), common.check_seconds(lease, "lease")
+        deadline = self._store._start("claim")
+        acked = self._ack_all(deadline, acks) if acks else []
+        return ClaimBatch(self._claim(deadline, limit, lease), acked)
+
+    def _claim(self, deadline: Deadline, limit: int, lease: float) -> list[Claim]:
+        """Walks the shards from a random one, so concurrent claimers start
+        apart. If DynamoDB fails, or the deadline passes, after some items were
         granted, those are returned (the failure is logged) rather than lost."""
-        limit = common.check_limit(limit)
-        lease = common.check_seconds(lease, "lease")
         now = self._store.clock()
         claim_round = _ClaimRound(owner=common.new_owner(), now=now, until=now + lease)
         shard_keys = self._shard_keys()
@@ -709,7 +902,7 @@ class DynamoDBQueue(common.AcksThenClaim):
         claims: list[Claim] = []
         try:
             for qshard in shard_keys[start:] + shard_keys[:start]:
-                self._claim_in_shard(qshard, claim_round, limit, claims)
+                self._claim_in_shard(deadline, qshard, claim_round, limit, claims)
                 if len(claims) >= limit:
                     break
         except StoreUnavailableError:
@@ -719,32 +912,33 @@ class DynamoDBQueue(common.AcksThenClaim):
                         len(claims), extra={"queue": self.name, "owner": claim_round.owner}, exc_info=True)
         return claims
 
-    def _claim_in_shard(self, qshard: str, claim_round: _ClaimRound, limit: int, claims: list[Claim]) -> None:
+    def _claim_in_shard(
+        self, deadline: Deadline, qshard: str, claim_round: _ClaimRound, limit: int, claims: list[Claim]
+    ) -> None:
         """Page through the shard's due items, oldest first, claiming in waves of
         at most what is still needed, so that wins never exceed ``limit``.
         Appends to ``claims`` as writes succeed, so a later failure keeps them."""
         start_key: dict[str, Any] | None = None
         while len(claims) < limit:
-            page = self._due_page(qshard, claim_round.now, _page_size(limit - len(claims)), start_key)
+            page = self._due_page(deadline, qshard, claim_round.now, _page_size(limit - len(claims)), start_key)
             candidates = [item["pk"]["S"] for item in page.get("Items", [])]
             while candidates and len(claims) < limit:
                 needed = limit - len(claims)
                 wave, candidates = candidates[:needed], candidates[needed:]
-                outcomes = self._store._concurrently(lambda pk: self._grant(pk, claim_round), wave)
+                outcomes = self._store._run(deadline, [partial(self._grant, deadline, pk, claim_round) for pk in wave])
                 claims.extend(o for o in outcomes if isinstance(o, Claim))
-                errors = [o for o in outcomes if isinstance(o, OnceOnlyError)]
-                if errors:
-                    raise errors[0]
+                if any(isinstance(o, OnceOnlyError) for o in outcomes):
+                    raise self._store._failure(deadline, outcomes, CLAIM_UNFINISHED, "claim writes")
             start_key = page.get("LastEvaluatedKey")
             if start_key is None:
                 return
 
     def _due_page(
-        self, qshard: str, now: float, size: int, start_key: dict[str, Any] | None
+        self, deadline: Deadline, qshard: str, now: float, size: int, start_key: dict[str, Any] | None
     ) -> dict[str, Any]:
         extra = {"ExclusiveStartKey": start_key} if start_key else {}
         return self._store._call(
-            "claim", "query",
+            deadline, "query",
             IndexName=INDEX_NAME,
             KeyConditionExpression=DUE_IN_SHARD,
             ProjectionExpression="#pk",
@@ -754,20 +948,21 @@ class DynamoDBQueue(common.AcksThenClaim):
             **extra,
         )
 
-    def _grant(self, pk: str, claim_round: _ClaimRound) -> Claim | None:
-        """One conditional claim write; None if another claimer got there first."""
-        response = self._store._conditional(
-            "claim", "update_item",
-            Key={"pk": _str(pk)},
-            ConditionExpression=ITEM_IS_CLAIMABLE,
-            UpdateExpression=GRANT_ITEM,
-            ExpressionAttributeNames=_names(ITEM_IS_CLAIMABLE, GRANT_ITEM),
-            ExpressionAttributeValues={
+    def _grant(self, deadline: Deadline, pk: str, claim_round: _ClaimRound) -> Claim | None:
+        """One conditional claim write; None if another claimer got there first.
+        The lease's end is fixed when the call starts, so a write the caller
+        never hears of (cut off by the deadline) still ends at that time."""
+        response = self._store._send_conditional(deadline, "update_item", {
+            "Key": {"pk": _str(pk)},
+            "ConditionExpression": ITEM_IS_CLAIMABLE,
+            "UpdateExpression": GRANT_ITEM,
+            "ExpressionAttributeNames": _names(ITEM_IS_CLAIMABLE, GRANT_ITEM),
+            "ExpressionAttributeValues": {
                 ":now": _epoch(claim_round.now), ":until": _epoch(claim_round.until),
                 ":owner": _str(claim_round.owner), ":one": _ONE,
             },
-            ReturnValues="ALL_NEW",
-        )
+            "ReturnValues": "ALL_NEW",
+        })
         if response is None:
             return None
         item = response["Attributes"]
@@ -783,16 +978,18 @@ class DynamoDBQueue(common.AcksThenClaim):
 
     # -- finishing a claim ----------------------------------------------------
     def ack(self, claim: Claim) -> bool:
-        return self.ack_many([claim])[0]
+        return self._ack_all(self._store._start("ack"), [common.check_claim(claim, self.name)])[0]
 
     def ack_many(self, claims: Sequence[Claim]) -> list[bool]:
         """Conditional deletes, in transactions of up to 100 (see :meth:`_write_all`):
         one API call for a batch whose claims are all still held."""
-        claims = common.check_claims(claims, self.name)
+        return self._ack_all(self._store._start("ack_many"), common.check_claims(claims, self.name))
+
+    def _ack_all(self, deadline: Deadline, claims: Sequence[Claim]) -> list[bool]:
         # One delete per item: a claim listed twice is acked once, in order.
         first_index = {common.grant_key(c): i for i, c in reversed(list(enumerate(claims)))}
         distinct = [claims[i] for i in sorted(first_index.values())]
-        applied = self._write_all("ack", [("delete_item", self._ack_write(c)) for c in distinct])
+        applied = self._write_all(deadline, [("delete_item", self._ack_write(c)) for c in distinct], ACKS_UNFINISHED)
         acked = {common.grant_key(c): a for c, a in zip(distinct, applied, strict=True)}
         return [acked[common.grant_key(c)] and first_index[common.grant_key(c)] == i
                 for i, c in enumerate(claims)]
@@ -808,7 +1005,7 @@ class DynamoDBQueue(common.AcksThenClaim):
     def retry(self, claim: Claim, due_at: float) -> bool:
         claim, due = common.check_claim(claim, self.name), common.check_retry_due_at(due_at)
         response = self._store._conditional(
-            "retry", "update_item",
+            self._store._start("retry"), "update_item",
             Key=self._key(claim.item_id),
             ConditionExpression=ITEM_IS_HELD_BY_CALLER,
             UpdateExpression=RESCHEDULE_ITEM,
@@ -822,35 +1019,34 @@ class DynamoDBQueue(common.AcksThenClaim):
     # -- depth --------------------------------------------------------------
     def depth(self) -> QueueDepth:
         """Counts per shard, read from the eventually consistent GSI."""
-        now = self._store.clock()
-        outcomes = self._store._concurrently(lambda shard: self._shard_depth(shard, now), self._shard_keys())
-        shards: list[QueueDepth] = []
-        for outcome in outcomes:
-            if isinstance(outcome, OnceOnlyError):
-                raise outcome
-            shards.append(outcome)
+        deadline, now = self._store._start("depth"), self._store.clock()
+        outcomes = self._store._run(deadline, [partial(self._shard_depth, deadline, shard, now)
+                                               for shard in self._shard_keys()])
+        shards = [outcome for outcome in outcomes if isinstance(outcome, QueueDepth)]
+        if len(shards) < len(outcomes):
+            raise self._store._failure(deadline, outcomes, DEPTH_UNFINISHED, "shard counts")
         return QueueDepth(
             due=sum(s.due for s in shards),
             scheduled=sum(s.scheduled for s in shards),
             in_flight=sum(s.in_flight for s in shards),
         )
 
-    def _shard_depth(self, qshard: str, now: float) -> QueueDepth:
-        due = self._count(qshard, now, DUE_IN_SHARD)[0]
+    def _shard_depth(self, deadline: Deadline, qshard: str, now: float) -> QueueDepth:
+        due = self._count(deadline, qshard, now, DUE_IN_SHARD)[0]
         # Not yet due: held ones have an owner (claimable_at is their lease
         # expiry); the rest wait for their due time.
-        with_owner, not_due = self._count(qshard, now, NOT_DUE_IN_SHARD, HAS_OWNER)
+        with_owner, not_due = self._count(deadline, qshard, now, NOT_DUE_IN_SHARD, HAS_OWNER)
         return QueueDepth(due=due, scheduled=not_due - with_owner, in_flight=with_owner)
 
     def _count(
-        self, qshard: str, now: float, key_condition: str, item_filter: str | None = None
+        self, deadline: Deadline, qshard: str, now: float, key_condition: str, item_filter: str | None = None
     ) -> tuple[int, int]:
         """(items matching the filter, items matching the key condition), all pages."""
         extra: dict[str, Any] = {"FilterExpression": item_filter} if item_filter else {}
         matched = scanned = 0
         while True:
             page = self._store._call(
-                "depth", "query",
+                deadline, "query",
                 IndexName=INDEX_NAME,
                 KeyConditionExpression=key_condition,
                 ExpressionAttributeNames=_names(key_condition, item_filter or ""),
