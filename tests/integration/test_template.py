@@ -75,6 +75,7 @@ def test_sam_build(tmp_path: Path) -> None:
     layer = tmp_path / "build" / "OnceOnlyLayer" / "python"
     assert (layer / "onceonly" / "__init__.py").exists()
     assert (layer / "onceonly" / "stores" / "postgres.sql").exists()
+    assert (layer / "onceonly" / "stores" / "dynamodb" / "queue.py").exists()
     assert (layer / "psycopg").is_dir() and (layer / "redis").is_dir()
     assert "BEGIN CERTIFICATE" in (layer / "onceonly_app" / "appdb" / "certs" / "rds-global-bundle.pem").read_text()
     # the local tooling never ships in the layer, nor do the tests' pause hooks

@@ -9,12 +9,11 @@ import json
 import math
 import re
 import secrets
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import Claim, ClaimBatch, Lease
+from ..api import Claim, Lease
 from ..errors import ConfigError
 
 # Bytes of UTF-8 in a lease name, queue name or item id. Sized for the tightest
@@ -179,26 +178,6 @@ def check_claims(claims: Sequence[Claim], queue: str) -> list[Claim]:
     if isinstance(claims, (str, bytes, Claim)) or not isinstance(claims, Sequence):
         raise ConfigError(f"claims must be a list of onceonly.Claim, got {type(claims).__name__}")
     return [check_claim(claim, queue) for claim in claims]
-
-
-class AcksThenClaim(ABC):
-    """``claim(acks=…)`` for a store whose claim and ack are separate statements:
-    :meth:`ack_many`, then the store's own ``_claim`` (two round trips; Redis
-    does both in one script). Every argument is checked before the first."""
-
-    name: str
-
-    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
-        acks = check_claims(acks, self.name)
-        limit, lease = check_limit(limit), check_seconds(lease, "lease")
-        acked = self.ack_many(acks) if acks else []
-        return ClaimBatch(self._claim(limit, lease), acked)
-
-    @abstractmethod
-    def ack_many(self, claims: Sequence[Claim]) -> list[bool]: ...
-
-    @abstractmethod
-    def _claim(self, limit: int, lease: float) -> list[Claim]: ...
 
 
 def _check_token(token: int, what: str) -> None:
