@@ -141,7 +141,8 @@ def test_the_tenant_invariant_reads_deliveries_and_the_outbox(conn: psycopg.Conn
     conn.execute(delivery, ("d1", "a", "e1", "succeeded", "t1"))
     conn.execute(delivery, ("d2", "b", "e2", "dead", "t1"))  # misaddressed, refused
     load = SimpleNamespace(tenant_of={"a": "t1", "b": "t2"}, misaddressed={"d2"}, retry_after_of={}, trickled=set(),
-                           scheduled={}, parked=set())
+                           scheduled={}, parked=set(), gone="", held=set(),
+                           disabled_at=None, enabled_at=None)
     assert webhook_invariants(conn, [], load, 1.0, 1.0, 0)[0].ok
 
     conn.execute(delivery, ("d3", "b", "e3", "succeeded", "t1"))
