@@ -14,12 +14,17 @@ decides when SQS brings it back.
   the dead-letter queue as if it were malformed.
 
 The records before the outage are done and are not sent back (partial batch
-response), which is why the batch is not failed as a whole."""
+response), which is why the batch is not failed as a whole.
+
+The records run concurrently (lanes.py): at most ``max_in_flight`` at once,
+and the records of one subscription one after another in batch order. Each
+keeps its own outcome; the batch processor reads them in batch order."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor
@@ -28,7 +33,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from onceonly.errors import StoreUnavailableError
 
-from .messages import MalformedMessageError, parse_message
+from .lanes import run_in_lanes
+from .messages import DeliveryRequest, MalformedMessageError, parse_message
 from .service import DeadlineNearError, DispatchResult, WebhookService
 
 OUTAGE_VISIBILITY_FIRST = 60  # seconds before the first retry of a record an outage stopped
@@ -78,7 +84,8 @@ def outage_visibility(receive_count: int) -> int:
 
 
 class DispatchBatch:
-    """Per invocation: ``handle`` is the batch processor's record handler."""
+    """Per invocation: ``run`` handles every record (``handle`` each, concurrently),
+    then ``outcome`` is the batch processor's record handler."""
 
     def __init__(self, service: WebhookService, remaining_ms: Callable[[], int],
                  log: logging.Logger | Any) -> None:
@@ -87,6 +94,32 @@ class DispatchBatch:
         self.log = log
         self.outage: StoreUnavailableError | None = None
         self.stopped_by_outage: list[SQSRecord] = []
+        self._requests: dict[str, DeliveryRequest | MalformedMessageError] = {}
+        self._outcomes: dict[str, Future[DispatchResult]] = {}
+
+    def run(self, records: list[SQSRecord]) -> None:
+        """Handle every record, at most WEBHOOK_MAX_IN_FLIGHT at once, a
+        subscription's records in batch order; returns when all have finished."""
+        futures = run_in_lanes(records, self._lane, self.handle, self.service.config.max_in_flight)
+        self._outcomes = {record.message_id: future for record, future in zip(records, futures, strict=True)}
+
+    def outcome(self, record: SQSRecord) -> DispatchResult:
+        """What ``run`` made of ``record``: its result, or its exception raised."""
+        return self._outcomes[record.message_id].result()
+
+    def _lane(self, record: SQSRecord) -> str:
+        # A malformed record fails alone, so it needs no lane of a subscription.
+        request = self._request(record)
+        return record.message_id if isinstance(request, MalformedMessageError) else request.webhook_id
+
+    def _request(self, record: SQSRecord) -> DeliveryRequest | MalformedMessageError:
+        """The record's message, parsed once (for its lane, then for its delivery)."""
+        if record.message_id not in self._requests:
+            try:
+                self._requests[record.message_id] = parse_message(record.body)
+            except MalformedMessageError as exc:
+                self._requests[record.message_id] = exc
+        return self._requests[record.message_id]
 
     def handle(self, record: SQSRecord) -> DispatchResult:
         context = {"message_id": record.message_id}
@@ -94,7 +127,10 @@ class DispatchBatch:
             self.stopped_by_outage.append(record)
             raise StoreUnavailableError("not tried: a store is unavailable in this batch") from self.outage
         try:
-            return self.service.dispatch(parse_message(record.body), self.remaining_ms)
+            request = self._request(record)
+            if isinstance(request, MalformedMessageError):
+                raise request
+            return self.service.dispatch(request, self.remaining_ms)
         except MalformedMessageError as exc:
             # The reason names the bad field; the body itself is never logged.
             self.log.warning("malformed record rejected", extra={**context, "reason": str(exc)})

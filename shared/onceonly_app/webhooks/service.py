@@ -12,6 +12,8 @@ outcome does to the delivery record and the due queue.
   claim that fails does not stop the run, only an unavailable store does.
 - Every attempt has one deadline (attempt_budget) for its DNS lookup and its
   whole request, and is only started when the invocation has that much time left.
+- The claims of one batch are attempted concurrently (max_in_flight at once,
+  lanes.py), each with its own fence, outcome and report.
 """
 
 from __future__ import annotations
@@ -20,16 +22,17 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from onceonly import Claim, Queue, QueueDepth
 from onceonly.errors import StoreUnavailableError
+from onceonly_app.budget import Budget
 
 from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
-from .deadline import Deadline
 from .deliveries import AttemptInput, DeliveryRepository, Outcome, delivery_id_for
+from .lanes import run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
 from .signing import signed_headers
@@ -83,6 +86,12 @@ class RetryReport:
     claims_failed: int = 0  # raised while handled: left to its lease, the rest of the run went on
     queue_depth: QueueDepth | None = None
     attempts: list[AttemptReport] = field(default_factory=list)
+
+    def add(self, other: RetryReport) -> None:
+        """Count ``other`` (one claim's report, made in its own thread) into this one."""
+        for name in COUNTED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.attempts.extend(other.attempts)
 
     def count(self, report: AttemptReport) -> None:
         self.attempts.append(report)
@@ -170,16 +179,36 @@ class WebhookService:
                 break
             report.claimed += len(claims)
             to_ack: list[Claim] = []
-            try:
-                for claim in claims:
-                    self._process_claim(claim, remaining_ms, report, to_ack)
-            finally:
-                # The finished claims are acked even when a store outage ends the
-                # run: the outage's own claims come back when their leases end.
-                if to_ack:
-                    report.claims_contended += self.queue.ack_many(to_ack).count(False)
+            outage = self._process_claims(claims, remaining_ms, report, to_ack)
+            # The finished claims are acked even when a store outage ends the
+            # run: the outage's own claims come back when their leases end.
+            if to_ack:
+                report.claims_contended += self.queue.ack_many(to_ack).count(False)
+            if outage is not None:
+                raise outage
         report.queue_depth = self.queue.depth()
         return report
+
+    def _process_claims(self, claims: list[Claim], remaining_ms: Callable[[], int], report: RetryReport,
+                        to_ack: list[Claim]) -> StoreUnavailableError | None:
+        """Process one claimed batch, max_in_flight claims at once, each counted in
+        its own report (merged into ``report``). Once a store is unavailable, the
+        claims not started yet are left to their leases; returns that outage."""
+        outage: list[StoreUnavailableError] = []
+
+        def process(claim: Claim) -> RetryReport:
+            own = RetryReport()
+            if not outage:
+                try:
+                    self._process_claim(claim, remaining_ms, own, to_ack)
+                except StoreUnavailableError as exc:
+                    outage.append(exc)
+            return own
+
+        # Every claim is its own lane: retries keep no order (docs/webhooks.md).
+        for done in run_in_lanes(claims, lambda claim: claim.item_id, process, self.config.max_in_flight):
+            report.add(done.result())
+        return outage[0] if outage else None
 
     def _process_claim(self, claim: Claim, remaining_ms: Callable[[], int], report: RetryReport,
                        to_ack: list[Claim]) -> None:
@@ -290,7 +319,7 @@ class WebhookService:
             return Outcome("refused", "dead", None, f"refused: {why}", None)
         if not subscription.enabled:
             return Outcome("disabled", "dead", None, "subscription disabled", None)
-        deadline = Deadline(self.config.attempt_budget)  # one for the DNS lookup and the whole request
+        deadline = Budget.after(self.config.attempt_budget)  # one for the DNS lookup and the whole request
         try:
             target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
         except UnsafeTargetError as exc:
@@ -313,6 +342,9 @@ class WebhookService:
             return Outcome("failed", "dead", result.status_code,
                            f"{result.error} (last of {self.policy.max_attempts} attempts)", None)
         return Outcome("failed", "retrying", result.status_code, result.error, self.clock() + delay)
+
+
+COUNTED = tuple(f.name for f in fields(RetryReport) if f.type == "int")
 
 
 def _generation_of(claim: Claim) -> int:
