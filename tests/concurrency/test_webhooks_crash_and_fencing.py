@@ -6,9 +6,9 @@
   receiver dedupes this at-least-once case.
 - Retry crash: the same, but the one killed is a retry worker holding a claim
   from the due queue; the next claim (higher token) takes over its stamp.
-- Crash with several POSTs in flight: the dispatcher is SIGKILLed with four
-  requests of one batch held by the receiver and one subscription's second
-  record waiting in its lane. SQS brings the whole batch back; with the retry
+- Crash with several POSTs in flight: the dispatcher is SIGKILLed with five
+  requests of one batch held by the receiver and a sixth record waiting for a
+  free slot. SQS brings the whole batch back; with the retry
   worker, every delivery ends succeeded exactly once, and only a request the
   killed replica never recorded is repeated, under its own webhook-id.
 - Fencing: a retry worker is SIGSTOPped after sending its POST, past its lease.
@@ -103,14 +103,13 @@ def test_a_replica_killed_with_several_posts_in_flight_delivers_each_exactly_onc
 ) -> None:
     env, _, _ = _setup(webhook_db, store_url, receiver)
     env["WEBHOOK_MAX_IN_FLIGHT"] = "5"
-    subs = []
-    for _ in range(5):
+    owners = []
+    for _ in range(6):
         secret = new_secret()
-        subs.append(create_subscription(webhook_db, receiver.endpoint(new_id("ep"), secret), secret))
-    # Four subscriptions with one record each, held by the endpoint until after
-    # the kill; the fifth has two records: the first held too, the second waits
-    # behind it in its lane and is never started by the killed replica.
-    owners = [*subs, subs[4]]
+        owners.append(create_subscription(webhook_db, receiver.endpoint(new_id("ep"), secret), secret))
+    # Six records, five in flight at most: the first five are held by their
+    # endpoints until after the kill; the sixth waits for a free slot and is
+    # never started by the killed replica.
     events = [new_id("evt") for _ in owners]
     ids = [delivery_id_for(w, e) for w, e in zip(owners, events, strict=True)]
     gate = threading.Event()
@@ -127,7 +126,7 @@ def test_a_replica_killed_with_several_posts_in_flight_delivers_each_exactly_onc
     killed_mid_flight = receiver.history()
     assert most_in_flight(killed_mid_flight) == 5  # the killed replica really had five POSTs out at once
     assert attempts(webhook_db, ids) == []  # it died before recording any outcome
-    assert ids[5] not in {r.webhook_id for r in killed_mid_flight}  # the lane's second one never started
+    assert ids[5] not in {r.webhook_id for r in killed_mid_flight}  # the sixth never started
 
     with lambda_env(env) as (dispatch, retry):
         # SQS brings the unanswered batch back: the held ones are duplicates now

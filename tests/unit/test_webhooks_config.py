@@ -44,7 +44,8 @@ def test_claims_attempted_concurrently_need_a_lease_of_their_rounds_only() -> No
     config = WebhookConfig.from_env({"WEBHOOK_ATTEMPT_TIMEOUT": "6", "WEBHOOK_ATTEMPT_LEASE": "20",
                                      "WEBHOOK_MAX_IN_FLIGHT": "2"})
     assert config.max_in_flight == 2
-    assert WebhookConfig().max_in_flight == 10
+    assert (WebhookConfig().max_in_flight, WebhookConfig().serial_per_subscription) == (10, False)
+    assert WebhookConfig.from_env({"WEBHOOK_SERIAL_PER_SUBSCRIPTION": "True"}).serial_per_subscription
     with pytest.raises(ConfigError, match="= 24"):
         WebhookConfig.from_env({"WEBHOOK_ATTEMPT_TIMEOUT": "6", "WEBHOOK_ATTEMPT_LEASE": "20",
                                 "WEBHOOK_MAX_IN_FLIGHT": "1"})
@@ -61,6 +62,7 @@ def test_claims_attempted_concurrently_need_a_lease_of_their_rounds_only() -> No
         ({"WEBHOOK_CLAIM_BATCH": "0"}, "claim_batch must be >= 1"),
         ({"WEBHOOK_MAX_IN_FLIGHT": "0"}, "max_in_flight must be >= 1"),
         ({"WEBHOOK_MAX_IN_FLIGHT": "many"}, "WEBHOOK_MAX_IN_FLIGHT must be a whole number"),
+        ({"WEBHOOK_SERIAL_PER_SUBSCRIPTION": "yes please"}, "WEBHOOK_SERIAL_PER_SUBSCRIPTION must be true or false"),
         # 4 claims x (3 + 10) s one at a time cannot finish inside a 30 s lease
         ({"WEBHOOK_ATTEMPT_LEASE": "30", "WEBHOOK_MAX_IN_FLIGHT": "1"}, "attempt_lease .* must exceed"),
         # nor can one round of 13 s inside a 13 s lease

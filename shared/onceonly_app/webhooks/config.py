@@ -24,6 +24,7 @@ class WebhookConfig:
     attempt_lease: float = 60.0  # how long one claim (or the dispatcher's first attempt) may take
     claim_batch: int = 4  # deliveries claimed per q.claim by the retry worker
     max_in_flight: int = 10  # attempts of one batch (SQS or claimed) in flight at once
+    serial_per_subscription: bool = False  # one subscription's records of an SQS batch one after another
     deadline_margin: float = 5.0  # seconds of invocation time kept free for recording and acking
     max_retry_after: float = 36000.0  # a Retry-After above this is capped
     allow_http_hosts: frozenset[str] = frozenset()  # hosts allowed plain http and private addresses
@@ -82,6 +83,9 @@ class WebhookConfig:
         for var, field in (("WEBHOOK_CLAIM_BATCH", "claim_batch"), ("WEBHOOK_MAX_IN_FLIGHT", "max_in_flight")):
             if env.get(var):
                 kwargs[field] = _count(var, env[var])
+        if env.get("WEBHOOK_SERIAL_PER_SUBSCRIPTION"):
+            kwargs["serial_per_subscription"] = _flag("WEBHOOK_SERIAL_PER_SUBSCRIPTION",
+                                                      env["WEBHOOK_SERIAL_PER_SUBSCRIPTION"])
         if env.get("WEBHOOK_ALLOW_HTTP_HOSTS"):
             hosts = (h.strip().lower() for h in env["WEBHOOK_ALLOW_HTTP_HOSTS"].split(","))
             kwargs["allow_http_hosts"] = frozenset(h for h in hosts if h)
@@ -90,6 +94,13 @@ class WebhookConfig:
         if env.get("WEBHOOK_CA_BUNDLE"):
             kwargs["ca_bundle"] = env["WEBHOOK_CA_BUNDLE"]
         return cls(**kwargs)  # type: ignore[arg-type]
+
+
+def _flag(var: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false", "1", "0"):
+        raise ConfigError(f"{var} must be true or false, got {text!r}")
+    return value in ("true", "1")
 
 
 def _count(var: str, text: str) -> int:

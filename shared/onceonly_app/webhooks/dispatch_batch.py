@@ -17,8 +17,9 @@ The records before the outage are done and are not sent back (partial batch
 response), which is why the batch is not failed as a whole.
 
 The records run concurrently (lanes.py): at most ``max_in_flight`` at once,
-and the records of one subscription one after another in batch order. Each
-keeps its own outcome; the batch processor reads them in batch order."""
+and, under WEBHOOK_SERIAL_PER_SUBSCRIPTION, the records of one subscription
+one after another in batch order. Each keeps its own outcome; the batch
+processor reads them in batch order."""
 
 from __future__ import annotations
 
@@ -98,8 +99,9 @@ class DispatchBatch:
         self._outcomes: dict[str, Future[DispatchResult]] = {}
 
     def run(self, records: list[SQSRecord]) -> None:
-        """Handle every record, at most WEBHOOK_MAX_IN_FLIGHT at once, a
-        subscription's records in batch order; returns when all have finished."""
+        """Handle every record, at most WEBHOOK_MAX_IN_FLIGHT at once (a
+        subscription's one by one in batch order under WEBHOOK_SERIAL_PER_SUBSCRIPTION);
+        returns when all have finished."""
         futures = run_in_lanes(records, self._lane, self.handle, self.service.config.max_in_flight)
         self._outcomes = {record.message_id: future for record, future in zip(records, futures, strict=True)}
 
@@ -108,9 +110,12 @@ class DispatchBatch:
         return self._outcomes[record.message_id].result()
 
     def _lane(self, record: SQSRecord) -> str:
-        # A malformed record fails alone, so it needs no lane of a subscription.
+        """Its subscription under WEBHOOK_SERIAL_PER_SUBSCRIPTION, else a lane of its own
+        (as is a malformed record's: it fails alone)."""
         request = self._request(record)
-        return record.message_id if isinstance(request, MalformedMessageError) else request.webhook_id
+        if self.service.config.serial_per_subscription and not isinstance(request, MalformedMessageError):
+            return request.webhook_id
+        return record.message_id
 
     def _request(self, record: SQSRecord) -> DeliveryRequest | MalformedMessageError:
         """The record's message, parsed once (for its lane, then for its delivery)."""

@@ -1,7 +1,7 @@
 """Run the items of one batch concurrently, at most ``max_in_flight`` at once,
-and the items of one lane (one subscription) one after another in batch order,
-so that a later delivery to a subscription never overtakes an earlier one of
-the same batch.
+and the items of one lane one after another in batch order (a lane is one
+subscription under WEBHOOK_SERIAL_PER_SUBSCRIPTION: a later delivery to it then
+never overtakes an earlier one of the same batch; otherwise every item is a lane).
 
 Each item gets its own Future: its result or its exception belongs to it alone
 (the batch's partial-failure answer is read from them in batch order). Items
