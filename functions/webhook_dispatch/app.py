@@ -52,7 +52,8 @@ def count(result: DispatchResult) -> None:
 @schema_required(logger)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     check_sqs_event(event)  # MalformedBatchError before any record is touched (docs/security.md)
-    batch = DispatchBatch(webhook_service(logger), context.get_remaining_time_in_millis, logger)
+    service = webhook_service(logger)
+    batch = DispatchBatch(service, service.invocation_budget(context), logger)
     batch.run([SQSRecord(record) for record in event["Records"]])
 
     def record_handler(record: SQSRecord) -> str:

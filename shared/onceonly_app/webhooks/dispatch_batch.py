@@ -24,7 +24,6 @@ processor reads them in batch order."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -33,6 +32,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from onceonly.errors import StoreUnavailableError
+from onceonly_app.budget import Budget
 
 from .lanes import run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError, parse_message
@@ -88,10 +88,9 @@ class DispatchBatch:
     """Per invocation: ``run`` handles every record (``handle`` each, concurrently),
     then ``outcome`` is the batch processor's record handler."""
 
-    def __init__(self, service: WebhookService, remaining_ms: Callable[[], int],
-                 log: logging.Logger | Any) -> None:
+    def __init__(self, service: WebhookService, budget: Budget, log: logging.Logger | Any) -> None:
         self.service = service
-        self.remaining_ms = remaining_ms
+        self.budget = budget
         self.log = log
         self.outage: StoreUnavailableError | None = None
         self.stopped_by_outage: list[SQSRecord] = []
@@ -135,7 +134,7 @@ class DispatchBatch:
             request = self._request(record)
             if isinstance(request, MalformedMessageError):
                 raise request
-            return self.service.dispatch(request, self.remaining_ms)
+            return self.service.dispatch(request, self.budget)
         except MalformedMessageError as exc:
             # The reason names the bad field; the body itself is never logged.
             self.log.warning("malformed record rejected", extra={**context, "reason": str(exc)})
