@@ -14,6 +14,7 @@ answered (so how many were in flight at once is read from its history).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
@@ -51,12 +52,17 @@ def subscriptions(db: str, receiver: WebhookReceiver, n: int, behaviour: Behavio
     return ids
 
 
+def one_event_each(subs: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """A new event for each subscription, and the SQS batch of their messages."""
+    events = [new_id("evt") for _ in subs]
+    return events, sqs_event([message(w, e) for w, e in zip(subs, events, strict=True)])
+
+
 def test_a_batch_is_delivered_with_at_most_max_in_flight_requests_at_once(
     webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver
 ) -> None:
     subs = subscriptions(webhook_db, receiver, 10, Behaviour(latency=LATENCY))
-    events = [new_id("evt") for _ in subs]
-    event = sqs_event([message(w, e) for w, e in zip(subs, events, strict=True)])
+    events, event = one_event_each(subs)
     with lambda_env(webhook_env(webhook_db, store_url, WEBHOOK_MAX_IN_FLIGHT="4")) as (dispatch, _):
         started = time.monotonic()
         assert dispatch(event, context("dispatch")) == {"batchItemFailures": []}
@@ -77,12 +83,12 @@ def test_the_retry_function_attempts_its_claimed_batch_concurrently(
     # Every first attempt fails, so the four deliveries wait in the due queue;
     # the retry function claims all four at once and retries them together.
     subs = subscriptions(webhook_db, receiver, 4, Behaviour(latency=LATENCY, fail_first=1))
-    events = [new_id("evt") for _ in subs]
+    events, event = one_event_each(subs)
     expected = {delivery_id_for(w, e) for w, e in zip(subs, events, strict=True)}
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), WEBHOOK_CLAIM_BATCH="4",
                       WEBHOOK_MAX_IN_FLIGHT="4")
     with lambda_env(env) as (dispatch, retry):
-        dispatch(sqs_event([message(w, e) for w, e in zip(subs, events, strict=True)]), context("dispatch"))
+        dispatch(event, context("dispatch"))
         time.sleep(0.3)  # the schedule's 0.2 s first retry delay: all four are due at the first claim
         summaries = drive_retries(retry, lambda: set(receiver.successes()) == expected)
     retried = [r for r in receiver.history() if r.nth == 2]
@@ -134,8 +140,7 @@ def test_near_the_deadline_unstarted_records_come_back_as_batch_failures(
     # about 0 and 2 s, 1.5 s to spare for a slow store); the third round, at
     # about 4 s, finds 3.5 s left at most.
     subs = subscriptions(webhook_db, receiver, 6, Behaviour(latency=LATE))
-    events = [new_id("evt") for _ in subs]
-    event = sqs_event([message(w, e) for w, e in zip(subs, events, strict=True)])
+    events, event = one_event_each(subs)
     env = webhook_env(webhook_db, store_url, WEBHOOK_MAX_IN_FLIGHT="2", **SHORT_ATTEMPTS)
     with lambda_env(env) as (dispatch, _):
         open_function_clients()  # a warm container: the rounds are the requests, not the connects

@@ -94,19 +94,20 @@ class DispatchBatch:
         self.log = log
         self.outage: StoreUnavailableError | None = None
         self.stopped_by_outage: list[SQSRecord] = []
-        self._requests: dict[str, DeliveryRequest | MalformedMessageError] = {}
-        self._outcomes: dict[str, Future[DispatchResult]] = {}
+        # By record, not messageId: a hostile batch may repeat one (SQS never does).
+        self._requests: dict[int, DeliveryRequest | MalformedMessageError] = {}
+        self._outcomes: dict[int, Future[DispatchResult]] = {}
 
     def run(self, records: list[SQSRecord]) -> None:
         """Handle every record, at most WEBHOOK_MAX_IN_FLIGHT at once (a
         subscription's one by one in batch order under WEBHOOK_SERIAL_PER_SUBSCRIPTION);
         returns when all have finished."""
         futures = run_in_lanes(records, self._lane, self.handle, self.service.config.max_in_flight)
-        self._outcomes = {record.message_id: future for record, future in zip(records, futures, strict=True)}
+        self._outcomes = {_key(record): future for record, future in zip(records, futures, strict=True)}
 
     def outcome(self, record: SQSRecord) -> DispatchResult:
         """What ``run`` made of ``record``: its result, or its exception raised."""
-        return self._outcomes[record.message_id].result()
+        return self._outcomes[_key(record)].result()
 
     def _lane(self, record: SQSRecord) -> str:
         """Its subscription under WEBHOOK_SERIAL_PER_SUBSCRIPTION, else a lane of its own
@@ -118,12 +119,13 @@ class DispatchBatch:
 
     def _request(self, record: SQSRecord) -> DeliveryRequest | MalformedMessageError:
         """The record's message, parsed once (for its lane, then for its delivery)."""
-        if record.message_id not in self._requests:
+        key = _key(record)
+        if key not in self._requests:
             try:
-                self._requests[record.message_id] = parse_message(record.body)
+                self._requests[key] = parse_message(record.body)
             except MalformedMessageError as exc:
-                self._requests[record.message_id] = exc
-        return self._requests[record.message_id]
+                self._requests[key] = exc
+        return self._requests[key]
 
     def handle(self, record: SQSRecord) -> DispatchResult:
         context = {"message_id": record.message_id}
@@ -168,3 +170,8 @@ class DispatchBatch:
                 continue
             changed += len(response.get("Successful", []))
         return changed
+
+
+def _key(record: SQSRecord) -> int:
+    """The record as the event holds it: the batch processor wraps the same dict again."""
+    return id(record.raw_event)
