@@ -256,11 +256,12 @@ class Report:
                      and (r["latency_ms"], r["mode"], r["replicas"]) == key)
             serial = rates.get((latency, "serial", n))
             ratio = f"{rates[key].median / serial.median:.2f}x" if serial and mode != "serial" else "-"
+            left = worst(self.runs, "delivery_cost", "not_yet_delivered", latency_ms=latency, mode=mode, replicas=n)
             return [versus, mode, _spread(costs[key], 3), _spread(invocations[key], 0), _spread(rates[key], 1),
-                    ratio, _spread(totals[key], 1), "yes" if ok else "**NO**"]
+                    ratio, _spread(totals[key], 1), str(left), "yes" if ok else "**NO**"]
 
         head = ["", "sending", "Lambda-s per delivery", "ms per invocation", "deliveries/s per replica",
-                "x serial", "deliveries/s, all replicas", "exactly-once, every run"]
+                "x serial", "deliveries/s, all replicas", "first attempt failed (worst)", "exactly-once, every run"]
         order = sorted(rates, key=lambda k: (k[0], k[2], k[1] != "serial"))  # serial first, then concurrent
         by_latency = [row(k, f"{k[0]:,} ms") for k in order if k[2] == 1]
         by_replicas = [row(k, f"{k[2]} replica{'s' if k[2] > 1 else ''}") for k in order if k[0] == 200]
@@ -270,7 +271,9 @@ class Report:
                 "the local receiver, which answers after the latency shown. Serial is `WEBHOOK_MAX_IN_FLIGHT=1`, "
                 "concurrent the default (10). Lambda bills each invocation's wall time: Lambda-s per delivery is "
                 "the invocations' summed duration over the deliveries, and deliveries/s per replica its inverse. "
-                "Every run checks that each delivery was received and answered 2xx exactly once.", "",
+                "Every run checks that no delivery was accepted twice and every succeeded one exactly once; a first "
+                "attempt that failed (a timeout on the loaded machine) is the retry function's work, counted apart.",
+                "",
                 "By receiver latency, one replica:", "", *_table(head, by_latency),
                 "By replicas at once, 200 ms receiver, each replica with its own batches:", "",
                 *_table(head, by_replicas)]
