@@ -12,8 +12,8 @@ import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import overdue
-from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings
+from onceonly_app.budget import Budget
 
 SETTINGS = JobSettings.from_env("overdue-invoices")
 WATCHER = JobSettings.from_env(PAYMENT_WATCHER_JOB).job  # whose ledger time holds back dunning

@@ -15,9 +15,9 @@ from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import payment_watcher
 from onceonly_app.billing.aws import bounded_client
-from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings, PaymentWatcherSettings
 from onceonly_app.billing.payments_api import PaymentsClient
+from onceonly_app.budget import Budget
 
 SETTINGS = JobSettings.from_env(PAYMENT_WATCHER_JOB)
 WATCH = PaymentWatcherSettings.from_env()

@@ -19,7 +19,9 @@ from .function_clients import open_function_clients
 from .webhooks import scheduled_event
 
 if TYPE_CHECKING:
-    from onceonly_cli.receiver import WebhookReceiver
+    from collections.abc import Callable
+
+    from onceonly_cli.receiver import ReceivedRequest, WebhookReceiver
 
 def _handler(function: str, env: dict[str, str]) -> Any:
     os.environ.update(env)
@@ -93,16 +95,25 @@ def kill_mid_request(function: str, event: dict[str, Any], history_path: Path, e
     """Run one invocation of ``function`` in its own process and SIGKILL it once
     the receiver has a new request for ``delivery_id`` (held until ``release``
     is set, so the POST is in flight), then release it. Returns the exit code."""
+    seen = len(receiver.history(delivery_id))
+    return kill_when(function, event, history_path, env, receiver,
+                     lambda reqs: sum(r.webhook_id == delivery_id for r in reqs) > seen, release, timeout)
+
+
+def kill_when(function: str, event: dict[str, Any], history_path: Path, env: dict[str, str],
+              receiver: WebhookReceiver, arrived: Callable[[list[ReceivedRequest]], bool],
+              release: threading.Event, timeout: float = 30.0) -> int | None:
+    """Run one invocation of ``function`` in its own process and SIGKILL it once
+    the receiver's requests satisfy ``arrived`` (the held ones are in flight),
+    then set ``release``. Returns the exit code."""
     from tests.concurrency.race import CTX
 
-    seen = len(receiver.history(delivery_id))
     proc = CTX.Process(target=lone_worker, args=(function, event, history_path, env))
     proc.start()
     try:
-        arrived = receiver.wait_for(lambda reqs: sum(r.webhook_id == delivery_id for r in reqs) > seen,
-                                    timeout=timeout)
-        assert arrived, f"{function} sent no request for {delivery_id} within {timeout:.0f}s"
-        os.kill(proc.pid, signal.SIGKILL)  # mid-attempt: the request is in flight
+        assert receiver.wait_for(arrived, timeout=timeout), f"{function}: the awaited requests did not arrive " \
+                                                            f"within {timeout:.0f}s"
+        os.kill(proc.pid, signal.SIGKILL)  # mid-attempt: the requests are in flight
         proc.join(timeout)
     finally:
         release.set()

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import onceonly
 from onceonly.scheduled import tick_lock_name
+from onceonly_app.webhooks.config import WebhookConfig
 
 from ..errors import CliError
 from ..servers import REPO_ROOT, ServerSetupError, check_embedded_postgres
@@ -307,5 +308,6 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         effects=plan.billing.effects(conn), payments=plan.payments.effects(conn) if plan.payments else None,
         paid_ids=plan.payments.expected_deliveries() if plan.payments else set(),
         invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,
+        posts_per_kill=int(env.get("WEBHOOK_MAX_IN_FLIGHT", WebhookConfig.max_in_flight)),
         drain_detail=watch.detail(), domain=domain_invariants(conn, stack.receiver, plan, pool.kills),
         scenarios=scenarios(plan))

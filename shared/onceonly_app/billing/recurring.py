@@ -22,8 +22,8 @@ from psycopg_pool import ConnectionPool
 from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
+from ..budget import Budget
 from . import outbox
-from .budget import Budget
 from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
