@@ -29,17 +29,23 @@ STAR_RESOURCE_ALLOWED = {
     "cloudwatch:PutMetricData": "metrics have no ARN; scope with the cloudwatch:namespace condition at most",
     "ec2:CreateNetworkInterface": "Lambda's VPC ENIs; IAM requires * for the describe/create pair",
     "ec2:DescribeNetworkInterfaces": "Describe* calls have no resource-level permissions",
+    "ec2:DescribeSubnets": "Describe* calls have no resource-level permissions",
 }
 
 # AWS managed policies the roles may name. Their content is not in the
 # template, so each is judged here by its published content.
 MANAGED_POLICIES = {
     "AWSXrayWriteOnlyAccess": "xray:Put*/GetSampling*: X-Ray has no resource-level permissions",
-    "service-role/AWSLambdaVPCAccessExecutionRole":
-        "ec2 network-interface calls for VPC functions: IAM requires * for them",
 }
 XRAY = "AWSXrayWriteOnlyAccess"
-VPC_ACCESS = "service-role/AWSLambdaVPCAccessExecutionRole"
+# What SAM attached to every role before, and the template's own policy in its
+# place, in a VPC only. Its published actions (v3), all on "*":
+SAM_VPC_ACCESS = "service-role/AWSLambdaVPCAccessExecutionRole"
+SAM_VPC_ACCESS_ACTIONS = {
+    "logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets", "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
+VPC_ACCESS = {"Ref": "FunctionVpcAccessPolicy"}
 IN_A_VPC = {"SubnetIds": "subnet-0a,subnet-0b", "SecurityGroupIds": "sg-0c"}
 
 # The roles before (see its "_about"), for these parameters of each kind.
@@ -108,6 +114,7 @@ def test_no_wildcard_action_or_resource_where_a_scoped_one_exists(kind: str) -> 
 def test_every_aws_managed_policy_is_known_and_justified(kind: str) -> None:
     names = managed_policy_names(deployed(kind, Tracing="Active", **IN_A_VPC))
     assert names == MANAGED_POLICIES.keys()  # the roles were read: each known policy is used somewhere
+    assert SAM_VPC_ACCESS not in names  # its logs:* on every log group is what the own policy leaves out
 
 
 def function_roles(template: dict[str, Any]) -> dict[str, str]:
@@ -122,9 +129,11 @@ def function_roles(template: dict[str, Any]) -> dict[str, str]:
     return roles
 
 
-def roles_with(template: dict[str, Any], policy: str) -> list[str]:
+def roles_with(template: dict[str, Any], policy: str | dict[str, str]) -> list[str]:
+    """The roles attaching ``policy``: an AWS managed one by name, or {"Ref": ...}."""
     return sorted(name for name, resource in template["Resources"].items() if resource["Type"] == "AWS::IAM::Role"
-                  and policy in aws_managed(resource))
+                  and (policy in aws_managed(resource) if isinstance(policy, str)
+                       else policy in resource["Properties"]["ManagedPolicyArns"]))
 
 
 @pytest.mark.parametrize("kind", STORE_KINDS)
@@ -138,11 +147,15 @@ def test_xray_write_access_only_when_tracing_is_on(kind: str) -> None:
 def test_vpc_access_only_when_the_functions_are_in_a_vpc(kind: str) -> None:
     """SAM would add AWSLambdaVPCAccessExecutionRole to a role it generates for
     any VpcConfig, also the Globals' !If that removes it; the functions' own
-    roles name it under HasVpc (SubnetIds given) only."""
-    assert roles_with(deployed(kind), VPC_ACCESS) == []
-    assert roles_with(deployed(kind, Tracing="Active"), VPC_ACCESS) == []
+    roles get the network-interface calls under HasVpc (SubnetIds given) only."""
+    for outside in (deployed(kind), deployed(kind, Tracing="Active")):
+        assert "FunctionVpcAccessPolicy" not in outside["Resources"]
+        assert roles_with(outside, VPC_ACCESS) == roles_with(outside, SAM_VPC_ACCESS) == []
     in_vpc = deployed(kind, **IN_A_VPC)
     assert roles_with(in_vpc, VPC_ACCESS) == sorted(function_roles(in_vpc).values())
+    granted = {action for statement in in_vpc["Resources"]["FunctionVpcAccessPolicy"]["Properties"]
+               ["PolicyDocument"]["Statement"] for action in as_list(statement["Action"])}
+    assert granted == {a for a in SAM_VPC_ACCESS_ACTIONS if a.startswith("ec2:")}  # what Lambda needs, no logs
 
 
 def canonical(statement: dict[str, Any]) -> str:
@@ -169,8 +182,10 @@ def test_no_role_grants_more_than_the_role_sam_generated(kind: str, variant: str
         had = before[name]
         assert set(aws_managed(template["Resources"][name])) <= {arn.split(":policy/", 1)[1] for arn in had["managed"]
                                                                  if isinstance(arn, str)}, name
-        assert [arn for arn in role["ManagedPolicyArns"] if "Ref" in arn] == \
-            [arn for arn in had["managed"] if isinstance(arn, dict)], name
+        own = [arn for arn in role["ManagedPolicyArns"] if "Ref" in arn and arn != VPC_ACCESS]
+        assert own == [arn for arn in had["managed"] if isinstance(arn, dict)], name
+        if VPC_ACCESS in role["ManagedPolicyArns"]:  # in place of SAM's, which every role had
+            assert f"arn:aws:iam::aws:policy/{SAM_VPC_ACCESS}" in had["managed"], name
         granted = {canonical(s) for policy in role["Policies"] for s in policy["PolicyDocument"]["Statement"]}
         logs = canonical(own_log_group_statement(template, function))
         assert logs in granted, name
