@@ -180,6 +180,8 @@ def test_no_role_grants_more_than_the_role_sam_generated(kind: str, variant: str
     for function, name in roles.items():
         role = template["Resources"][name]["Properties"]
         had = before[name]
+        assert role["AssumeRolePolicyDocument"]["Statement"] == [  # Lambda alone may assume it
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}], name
         assert set(aws_managed(template["Resources"][name])) <= {arn.split(":policy/", 1)[1] for arn in had["managed"]
                                                                  if isinstance(arn, str)}, name
         own = [arn for arn in role["ManagedPolicyArns"] if "Ref" in arn and arn != VPC_ACCESS]
