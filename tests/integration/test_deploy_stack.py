@@ -15,7 +15,11 @@ moto's gaps, worked around here and not in the template:
   the result the way CloudFormation would;
 - moto skips AWS::CloudWatch::Alarm and AWS::Lambda::EventInvokeConfig
   (it warns and creates nothing): those are asserted on the transformed
-  template instead (test_alarms_* and test_failed_ticks_*).
+  template instead (test_alarms_* and test_failed_ticks_*);
+- moto's stacks attach no role's ManagedPolicyArns, and its Lambda answers 500
+  for the schema function once the stack invoked it: the stack test checks each
+  function's role and its inline policies, tests/unit/test_iam_least_privilege.py
+  the managed policies.
 """
 
 from __future__ import annotations
@@ -125,6 +129,16 @@ def test_the_stack_reaches_create_complete_with_the_schema_applied_first(
              for r in cfn.describe_stack_resources(StackName=stack_id)["StackResources"]}
     env = lambdas.get_function(FunctionName=names["WebhookDispatchFunction"])["Configuration"]["Environment"]
     variables = env["Variables"]
+    # Each function runs under its own role, created with its inline policies
+    # (moto's stacks attach no ManagedPolicyArns: tests/unit/test_iam_least_privilege.py checks those).
+    iam = session.client("iam", endpoint_url=moto_stack_endpoint)
+    for function in [name for name, r in template["Resources"].items() if r["Type"] == "AWS::Lambda::Function"]:
+        role = f"{function}Role"
+        if function != "SchemaMigrationFunction":  # moto answers 500 for a function its stack has invoked
+            assert lambdas.get_function_configuration(FunctionName=names[function])["Role"] == \
+                iam.get_role(RoleName=names[role])["Role"]["Arn"], function
+        inline = {policy["PolicyName"] for policy in template["Resources"][role]["Properties"]["Policies"]}
+        assert "logs" in inline and set(iam.list_role_policies(RoleName=names[role])["PolicyNames"]) == inline
     cfn.delete_stack(StackName=stack_id)
     if kind == "dynamodb":
         assert variables["ONCEONLY_STORE_URL"].startswith("dynamodb://")

@@ -10,7 +10,10 @@ Seeded per tenant (tenants.py), to be judged by billing_checks.py:
 - invoices whose due day (in the tenant's time zone) ended at least a day
   before the last overdue tick, invoices not due for a month, and one due on
   the last tick's local day, early in that day: a due day judged in UTC would
-  move it;
+  move it when the tick falls at 00:00-09:59 UTC (Honolulu) or 00:00-14:59
+  UTC (Tokyo); at other hours no instant of that local day could (its local
+  day began after the tick's UTC day), and the run checks only that it stays
+  open;
 - the scenarios of issue 18, each judged on its own: a zero invoice (settled
   when issued, never overdue); an invoice paid exactly by sub-cent parts
   before its due day ended ("sub-cent"); and one paid on the day before the
@@ -88,8 +91,9 @@ class SeededInvoice:
 
 
 def local_due_at(zone: str, day: date, rng: random.Random) -> datetime:
-    """A time early in ``day`` (before 09:00) in ``zone``: in Honolulu and Tokyo
-    that instant's UTC date is the day before, whose end the last tick is past."""
+    """A time early in ``day`` (before 09:00) in ``zone``: on the last overdue
+    tick's local day, its UTC day has ended by that tick whenever any instant
+    of that local day's has (tests/unit/test_simulate_seeding.py)."""
     return datetime.combine(day, time(rng.randrange(9), rng.randrange(60)), ZoneInfo(zone))
 
 
