@@ -21,7 +21,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import backlog, charts, claims, idempotency, leases, machine, procrastinate_jobs, profiles, replicas
+from bench import (
+    backlog,
+    charts,
+    claims,
+    delivery_cost,
+    idempotency,
+    leases,
+    machine,
+    procrastinate_jobs,
+    profiles,
+    replicas,
+)
 from bench.places import scratch_places, use_local_credentials
 from bench.pool import Workers
 from bench.report import Report
@@ -53,6 +64,7 @@ def measure(sizes: Sizes) -> tuple[dict[str, Any], list[Target]]:
             runs += timed("procrastinate", lambda: procrastinate_jobs.run(workers, places, sizes))
             runs += timed("idempotency", lambda: idempotency.run(workers, places, sizes))
             runs += timed("replicas", lambda: replicas.run(places, sizes))
+            runs += timed("delivery_cost", lambda: delivery_cost.run(places, sizes))
             targets = evaluate(runs, sizes)
             result.update(runs=runs, targets=[asdict(t) for t in targets], postgresql_claim_plan=plan,
                           profiles=timed("profiles", lambda: profiles.run(workers, places, sizes, targets)))

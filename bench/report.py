@@ -27,6 +27,12 @@ def _ms(figure: Figure | None) -> str:
     return f"{figure.median:.2f} ({figure.low:.2f}-{figure.high:.2f})" if figure.runs > 1 else f"{figure.median:.2f}"
 
 
+def _spread(figure: Figure, digits: int) -> str:
+    """The median, and min-max when there was more than one run."""
+    median = f"{figure.median:,.{digits}f}"
+    return median if figure.runs == 1 else f"{median} ({figure.low:,.{digits}f}-{figure.high:,.{digits}f})"
+
+
 def _trips(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -61,7 +67,7 @@ class Report:
 
     def markdown(self) -> str:
         parts = [self._intro(), self._targets(), self._shows(), self._charts(), self._claims(), self._backlog(),
-                 self._alternatives(), self._replicas(), self._missed(), self._method()]
+                 self._alternatives(), self._replicas(), self.delivery_cost(), self._missed(), self._method()]
         return "\n".join(line for part in parts for line in part).rstrip() + "\n"
 
     def _intro(self) -> list[str]:
@@ -112,6 +118,9 @@ class Report:
 
     def _charts(self) -> list[str]:
         return [f"![{title}]({name})" for name, title in self.result["charts"].items()] + [""]
+
+    def targets_table(self) -> list[str]:
+        return _table(["target", "measured", "verdict"], [[t.goal, t.measured, _verdict(t)] for t in self.targets])
 
     def _targets(self) -> list[str]:
         rows = [[t.goal, t.measured, _verdict(t)] for t in self.targets]
@@ -231,6 +240,43 @@ class Report:
                 "",
                 *_table(["replicas", "deliveries/s", "x 1 replica", "whole run/s", "p50 ms", "p99 ms",
                          "CPU ms/delivery", "machine CPU", "exactly-once, every run"], rows)]
+
+    def delivery_cost(self) -> list[str]:
+        keys = ("latency_ms", "mode", "replicas")
+        rates = figures(self.runs, "delivery_cost", keys)
+        if not rates:
+            return []
+        costs = figures(self.runs, "delivery_cost", keys, "lambda_seconds_per_delivery")
+        invocations = figures(self.runs, "delivery_cost", keys, "invocation_ms")
+        totals = figures(self.runs, "delivery_cost", keys, "total_per_second")
+
+        def row(key: tuple[Any, ...], versus: str) -> list[str]:
+            latency, mode, n = key
+            ok = all(r["exactly_once"] for r in self.runs if r["section"] == "delivery_cost"
+                     and (r["latency_ms"], r["mode"], r["replicas"]) == key)
+            serial = rates.get((latency, "serial", n))
+            ratio = f"{rates[key].median / serial.median:.2f}x" if serial and mode != "serial" else "-"
+            left = worst(self.runs, "delivery_cost", "not_yet_delivered", latency_ms=latency, mode=mode, replicas=n)
+            return [versus, mode, _spread(costs[key], 3), _spread(invocations[key], 0), _spread(rates[key], 1),
+                    ratio, _spread(totals[key], 1), str(left), "yes" if ok else "**NO**"]
+
+        head = ["", "sending", "Lambda-s per delivery", "ms per invocation", "deliveries/s per replica",
+                "x serial", "deliveries/s, all replicas", "first attempt failed (worst)", "exactly-once, every run"]
+        order = sorted(rates, key=lambda k: (k[0], k[2], k[1] != "serial"))  # serial first, then concurrent
+        by_latency = [row(k, f"{k[0]:,} ms") for k in order if k[2] == 1]
+        by_replicas = [row(k, f"{k[2]} replica{'s' if k[2] > 1 else ''}") for k in order if k[0] == 200]
+        return ["## Cost per delivery: serial against concurrent sending", "",
+                "The real dispatch handler in replica processes (warm, like Lambda containers), serving SQS "
+                "batches of 10 back to back; each record is a new event for a subscription of its own, POSTed to "
+                "the local receiver, which answers after the latency shown. Serial is `WEBHOOK_MAX_IN_FLIGHT=1`, "
+                "concurrent the default (10). Lambda bills each invocation's wall time: Lambda-s per delivery is "
+                "the invocations' summed duration over the deliveries, and deliveries/s per replica its inverse. "
+                "Every run checks that no delivery was accepted twice and every succeeded one exactly once; a first "
+                "attempt that failed (a timeout on the loaded machine) is the retry function's work, counted apart.",
+                "",
+                "By receiver latency, one replica:", "", *_table(head, by_latency),
+                "By replicas at once, 200 ms receiver, each replica with its own batches:", "",
+                *_table(head, by_replicas)]
 
     def _missed(self) -> list[str]:
         missed = [t for t in self.targets if t.met is False]

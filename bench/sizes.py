@@ -32,6 +32,10 @@ class Sizes:
     replica_events: int
     receiver_latency: float = 0.05
     racy_processes: tuple[int, ...] = field(default=(1, 4, 8))  # the racy two-step pop
+    # Cost per delivery: SQS batches of 10 per replica, by receiver latency (fewer
+    # where the serial path takes 10 x latency per batch), and the replica counts.
+    delivery_batches: dict[float, int] = field(default_factory=lambda: {0.05: 6, 0.2: 4, 1.0: 2})
+    delivery_replicas: tuple[int, ...] = (1, 2, 4)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,4 +85,6 @@ SMOKE = Sizes(
     replicas=(1,),
     replica_events=2,
     racy_processes=(2,),
+    delivery_batches={0.05: 1, 0.2: 1},
+    delivery_replicas=(1, 2),
 )

@@ -104,6 +104,20 @@ class _Judge:
         return Target(goal, f"{ratio:.2f}x at {most} replicas", ratio >= 6.0 if most >= 8 else None)
 
 
+    def delivery_cost(self) -> Target:
+        goal = ("Concurrent delivery >= 3x serial in deliveries/s per replica, Lambda-seconds per delivery "
+                "falling as much (200 ms receiver, batch 10)")
+        rates = figures(self.runs, "delivery_cost", ("latency_ms", "mode", "replicas"))
+        costs = figures(self.runs, "delivery_cost", ("latency_ms", "mode", "replicas"), "lambda_seconds_per_delivery")
+        serial, concurrent = (200, "serial", 1), (200, "concurrent", 1)
+        if serial not in rates or concurrent not in rates:
+            return Target(goal, "not measured", None)
+        speedup = rates[concurrent].median / rates[serial].median
+        cheaper = costs[serial].median / costs[concurrent].median
+        return Target(goal, f"{speedup:.2f}x the deliveries/s, {cheaper:.2f}x fewer Lambda-seconds per delivery",
+                      speedup >= 3.0 and cheaper >= 3.0)
+
+
 _STORE_NAMES = {"postgresql": "PostgreSQL", "redis": "Redis", "dynamodb": "DynamoDB"}
 
 
@@ -123,4 +137,5 @@ def evaluate(runs: list[dict[str, Any]], sizes: Sizes) -> list[Target]:
         j.round_trips("postgresql"),
         j.round_trips("redis"),
         j.replicas(),
+        j.delivery_cost(),
     ]

@@ -13,6 +13,7 @@ import pytest
 import onceonly
 from onceonly_cli.servers import DEFAULT_POSTGRES_URL, LocalServers, ServerSetupError
 from tests.support.default_data import changes, fingerprint
+from tests.support.pgbouncer import PgBouncer, PgBouncerError
 from tests.support.scratch import delete_table, scratch_database, scratch_redis_prefix
 
 # boto3 needs credentials and a region even for a local endpoint; never real ones.
@@ -67,6 +68,27 @@ def postgres_url(postgres_server_url: str) -> Iterator[str]:
     at the end: the user's data (and `onceonly status`) never sees the tests'."""
     with scratch_database(postgres_server_url, "onceonly_test") as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server_url: str) -> Iterator[PgBouncer]:
+    """A real PgBouncer in transaction mode with its default settings, in front
+    of the test server, for the whole session."""
+    try:
+        bouncer = PgBouncer(postgres_server_url, "transaction").__enter__()
+    except PgBouncerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield bouncer
+    bouncer.__exit__()
+
+
+@pytest.fixture(scope="session")
+def postgres_pgbouncer_url(postgres_server_url: str, pgbouncer: PgBouncer) -> Iterator[str]:
+    """A database of this run's own (not ``postgres_url``'s: a store per
+    backend) through the transaction-mode PgBouncer, declared as such
+    (``pool_mode=transaction``)."""
+    with scratch_database(postgres_server_url, "onceonly_test_pgbouncer") as url:
+        yield pgbouncer.url(url, pool_mode="transaction")
 
 
 @pytest.fixture(scope="session")
@@ -135,6 +157,7 @@ _PROCESS_HEAVY = (
     "tests/concurrency/test_webhooks_replicas.py",
     "tests/concurrency/test_jobs_replicas.py",
     "tests/concurrency/test_store_races.py",
+    "tests/concurrency/test_pgbouncer_race.py",
     "tests/concurrency/test_redis_seed_regression.py",
     "tests/e2e/test_cli_simulate.py",
 )

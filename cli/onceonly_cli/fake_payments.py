@@ -19,12 +19,18 @@ The history of an account lists more than payments: ``create_account`` and
 - :attr:`FakePayments.receiver` is the account payments go to by default, and
   :attr:`FakePayments.issuer` the issuer of its assets (both random per fake);
 - :meth:`FakePayments.trickle` makes the server send its answers slowly;
+- :attr:`FakePayments.clock` is the ledger's time (None: the real time): a
+  record whose ``created_at`` is later is not listed yet (its ledger has not
+  closed), nor is any record after it (the history is in ledger order); new
+  records get it as their time, and answers carry it as ``Date``;
+- :attr:`FakePayments.down` makes every request fail with 503, as in an outage;
 - every request is recorded (:attr:`FakePayments.requests`).
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import secrets
 import threading
@@ -32,6 +38,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -60,6 +67,8 @@ class FakePayments:
         # operation ids are unique across the whole ledger, not per fake.
         self._base = secrets.randbelow(1 << 24) << 32
         self._trickle: tuple[int, float] | None = None
+        self.clock: datetime | None = None
+        self.down = False
         self.requests: list[dict[str, str]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -108,7 +117,7 @@ class FakePayments:
                         transaction_hash: str | None = None, successful: bool = True,
                         created_at: datetime | None = None) -> list[dict[str, Any]]:
         """Append one transaction holding ``operations``; returns their records."""
-        when = (created_at or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = (created_at or self.now()).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         tx_hash = transaction_hash or secrets.token_hex(32)
         with self._lock:
             self._transactions += 1
@@ -126,10 +135,18 @@ class FakePayments:
         """Send every later answer ``chunk_bytes`` at a time, ``every_seconds`` apart."""
         self._trickle = (chunk_bytes, every_seconds)
 
+    def now(self) -> datetime:
+        """The ledger's time: :attr:`clock`, or the real time."""
+        return self.clock or datetime.now(UTC)
+
     def page(self, cursor: str, limit: int) -> list[dict[str, Any]]:
+        """The records after ``cursor``, up to the first whose ledger has not
+        closed by :meth:`now`."""
         after = int(cursor) if cursor else 0
+        closed = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")  # the records' own format, so it sorts as text
         with self._lock:
-            return [dict(r) for r in self._records if int(r["paging_token"]) > after][:limit]
+            later = (r for r in self._records if int(r["paging_token"]) > after)
+            return [dict(r) for r in itertools.takewhile(lambda r: r["created_at"] <= closed, later)][:limit]
 
     # -- server ----------------------------------------------------------------
     @property
@@ -149,6 +166,9 @@ class FakePayments:
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet in tests
                 return
+
+            def date_time_string(self, timestamp: float | None = None) -> str:  # the Date header: ledger time
+                return formatdate(fake.now().timestamp(), usegmt=True)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
@@ -174,6 +194,8 @@ class FakePayments:
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         with self._lock:
             self.requests.append(query)
+        if self.down:
+            return self._send(request, 503, {"title": "Service Unavailable", "status": 503})
         if parts.path != "/payments":
             return self._send(request, 404, {"title": "Resource Missing", "status": 404})
         order, cursor, limit_text = query.get("order", "asc"), query.get("cursor", ""), query.get("limit", "10")

@@ -89,7 +89,8 @@ def run_function(spec: FunctionSpec, event_path: Path, env: dict[str, str]) -> I
         result_path = Path(tmp) / "result.json"
         args = [sys.executable, "-m", "onceonly_cli.invoke_child", str(spec.code_dir), spec.handler,
                 spec.logical_id, str(spec.timeout), str(spec.memory_mb), str(event_path), str(result_path)]
-        child = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL)
+        # stdin: a pipe only this process holds open; the child ends when it reads EOF (this process died).
+        child = subprocess.Popen(args, env=env, stdin=subprocess.PIPE)
         try:
             code = child.wait(timeout=spec.timeout + GRACE_SECONDS)
         except subprocess.TimeoutExpired:
@@ -98,9 +99,12 @@ def run_function(spec: FunctionSpec, event_path: Path, env: dict[str, str]) -> I
             message = f"Task timed out after {spec.timeout:.2f} seconds"
             return InvokeResult({"errorMessage": message, "errorType": "TimeoutError"}, 3)
         except BaseException:
-            child.kill()  # Ctrl-C: leave nothing running
+            child.kill()  # Ctrl-C, SIGTERM, SIGHUP: leave nothing running
             child.wait()
             raise
+        finally:
+            if child.stdin is not None:
+                child.stdin.close()
         if not result_path.exists():
             message = f"the function's process exited with code {code} without a response"
             return InvokeResult({"errorMessage": message, "errorType": "Runtime.ExitError"}, 2)

@@ -5,6 +5,8 @@ Usage (internal): python -m onceonly_cli.invoke_child CODE_DIR HANDLER FUNCTION 
 The handler's prints and logs go to stderr (as in ``sam local invoke``); the
 response, or a Lambda-style error object, is written to the RESULT file.
 Exit codes: 0 ok, 1 the handler raised, 2 the handler could not be loaded.
+Its stdin is a pipe the parent holds open: at EOF (the parent died, SIGKILL
+included) the invocation ends at once, as a container ends with its host.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
-from .lambda_runtime import LambdaContext, load_handler
+from .lambda_runtime import LambdaContext, close_function_clients, load_handler
 
 
 def _error_object(exc: BaseException) -> dict[str, object]:
@@ -26,7 +29,29 @@ def _error_object(exc: BaseException) -> dict[str, object]:
     }
 
 
+PARENT_GONE = 137  # as if SIGKILLed with the parent
+
+
+def _end_with_parent() -> None:
+    def watch() -> None:
+        # The parent never writes: the read returns b"" when it is gone. A raw
+        # read, not sys.stdin's: a buffered one would block interpreter shutdown.
+        while os.read(0, 1):
+            pass
+        os._exit(PARENT_GONE)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
+    _end_with_parent()
+    try:
+        return _invoke(argv)
+    finally:
+        close_function_clients()  # the container's shutdown: an unclosed pool can hang exit on 3.13
+
+
+def _invoke(argv: list[str]) -> int:
     code_dir, handler_name, function_name, timeout, memory, event_path, result_path = argv
     result = Path(result_path)
     # Whatever the handler prints is log output, not the response.

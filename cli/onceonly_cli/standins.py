@@ -17,7 +17,14 @@ from __future__ import annotations
 import os
 
 from .errors import CliError
-from .servers import DEFAULT_REDIS_URL, LocalServers, ServerSetupError
+from .servers import (
+    DEFAULT_REDIS_URL,
+    LocalServers,
+    ServerSetupError,
+    dynalite_paths,
+    redis_reachable,
+    redis_server_binary,
+)
 
 KEYWORDS = ("postgresql", "redis", "dynamodb")
 # Local stand-ins accept any credentials, but boto3 refuses to sign without some.
@@ -55,6 +62,18 @@ def start_standin(kind: str, servers: LocalServers, database_url: str, *, reuse_
     except ServerSetupError as exc:
         raise CliError(str(exc)) from None
     raise _one_store_only(kind)
+
+
+def check_standin(kind: str, *, reuse_local: bool = False) -> None:
+    """CliError (one line with its fix) unless the stand-in for ``kind`` can
+    start here: checked before any work, so a run never fails half-way on it."""
+    try:
+        if kind == "redis" and (not reuse_local or not redis_reachable(DEFAULT_REDIS_URL)):
+            redis_server_binary()
+        elif kind == "dynamodb":
+            dynalite_paths()
+    except ServerSetupError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _one_store_only(kind: str) -> CliError:

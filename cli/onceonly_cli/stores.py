@@ -10,7 +10,7 @@ import onceonly
 
 from .errors import CliError
 from .servers import LocalServers, ServerSetupError
-from .standins import start_standin, store_keyword
+from .standins import check_standin, start_standin, store_keyword
 
 PING_NAME = "onceonly-cli:ping"
 
@@ -42,6 +42,9 @@ def resolve_targets(
     (standins.py)."""
     database = database or os.environ.get("DATABASE_URL")
     store = store or os.environ.get("ONCEONLY_STORE_URL")
+    kind = store_keyword(store)
+    if kind is not None and servers is not None:
+        check_standin(kind, reuse_local=True)  # before the database starts: fail first, not half-way
     if not database:
         if servers is None:
             raise CliError("no domain database: pass --database postgresql://… or set DATABASE_URL")
@@ -49,7 +52,6 @@ def resolve_targets(
             database = servers.postgres(embedded=embedded)
         except ServerSetupError as exc:
             raise CliError(str(exc)) from None
-    kind = store_keyword(store)
     if kind is not None and servers is not None:
         store = start_standin(kind, servers, database, reuse_local=True)
     return Targets(database_url=database, store_url=store or database)
@@ -58,10 +60,12 @@ def resolve_targets(
 def check_database(url: str, timeout: int = 3) -> None:
     import psycopg
 
+    from onceonly.stores.pgpool import split_options
+
     if not url.startswith(("postgresql://", "postgres://")):
         raise CliError(f"--database must be a postgresql:// URL, got {redact(url)!r}")
     try:
-        with psycopg.connect(url, connect_timeout=timeout):
+        with psycopg.connect(split_options(url)[0], connect_timeout=timeout):  # without onceonly's options
             pass
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -55,6 +55,8 @@ def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.Ar
     add.add_argument("--url", required=True, help="the endpoint (https; checked by the SSRF guard now and at "
                                                   "every attempt)")
     add.add_argument("--id", dest="new_id", metavar="WEBHOOK_ID", help="its id (default: a fresh wh_…)")
+    add.add_argument("--new-tenant", action="store_true",
+                     help="register the tenant with billing's defaults if billing does not know it yet")
     listing = actions.add_parser("list", help="the subscriptions (never their secrets)")
     listing.add_argument("--tenant", help="only this tenant's")
     listing.add_argument("--include-deleted", action="store_true", help="deleted ones too")
@@ -102,7 +104,7 @@ def _add(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespac
     limits = {name: value for name, value in (("max_in_flight", args.max_in_flight),
                                               ("rate_per_second", args.rate)) if value is not None}
     added = add(conn, args.tenant, args.url, args.event_types, actor=args.actor, subscription_id=args.new_id,
-                **limits, **_sender_checks())
+                new_tenant=args.new_tenant, **limits, **_sender_checks())
     types = ", ".join(args.event_types) if args.event_types else "every event type"
     table = Table(title=f"subscription {added.id} added ({types})", title_justify="left", show_header=False)
     table.add_row("id", added.id)

@@ -169,3 +169,52 @@ def schedule_expression(template_path: Path, logical_id: str) -> str | None:
         if isinstance(expression, str):
             return expression
     return None
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The SQS queue that feeds a function, as the template declares it."""
+
+    queue: str  # its logical id
+    max_receives: int  # RedrivePolicy.maxReceiveCount: receives before the dead-letter queue
+    visibility_timeout: float  # seconds a received message stays hidden
+    dead_letter_queue: str  # the logical id of its dead-letter queue
+
+
+def _logical_id(value: Any) -> str | None:
+    """The resource an ``!GetAtt X.Arn`` / ``!Ref X`` names (either form)."""
+    if isinstance(value, Intrinsic):
+        value = {f"Fn::{value.name}" if value.name != "Ref" else "Ref": value.value}
+    if not isinstance(value, dict) or len(value) != 1:
+        return None
+    (key, arg), = value.items()
+    if key == "Ref" and isinstance(arg, str):
+        return arg
+    if key == "Fn::GetAtt":
+        target = arg.split(".", 1)[0] if isinstance(arg, str) else arg[0] if isinstance(arg, list) and arg else None
+        return target if isinstance(target, str) else None
+    return None
+
+
+def source_queue(template_path: Path, logical_id: str) -> QueueSettings:
+    """The settings of the SQS queue an event source mapping (or an SQS event)
+    feeds ``logical_id`` from. Raises TemplateError if there is none, or it has
+    no dead-letter queue: a redrive policy is what makes a failing record park."""
+    template_path = Path(template_path)
+    resources = load_template(template_path)["Resources"]
+    sources = [_logical_id((r.get("Properties") or {}).get("EventSourceArn")) for r in resources.values()
+               if isinstance(r, dict) and r.get("Type") == "AWS::Lambda::EventSourceMapping"
+               and _logical_id((r.get("Properties") or {}).get("FunctionName")) == logical_id]
+    events = ((resources.get(logical_id) or {}).get("Properties") or {}).get("Events") or {}
+    sources += [_logical_id((e.get("Properties") or {}).get("Queue")) for e in events.values()
+                if isinstance(e, dict) and e.get("Type") == "SQS"]
+    queue = next((q for q in sources if q and (resources.get(q) or {}).get("Type") == "AWS::SQS::Queue"), None)
+    if queue is None:
+        raise TemplateError(f"{template_path}: no SQS queue feeds {logical_id}")
+    props = resources[queue].get("Properties") or {}
+    redrive = props.get("RedrivePolicy") or {}
+    dead_letters = _logical_id(redrive.get("deadLetterTargetArn"))
+    if dead_letters is None:
+        raise TemplateError(f"{template_path}: {queue} has no RedrivePolicy with a deadLetterTargetArn")
+    return QueueSettings(queue, int(_number(redrive.get("maxReceiveCount"), "maxReceiveCount", queue, 10)),
+                         _number(props.get("VisibilityTimeout"), "VisibilityTimeout", queue, 30), dead_letters)

@@ -14,9 +14,9 @@ from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import notifications
 from onceonly_app.billing.aws import bounded_client
-from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import JobSettings, NotificationSettings
 from onceonly_app.billing.ses import SesNotifier
+from onceonly_app.budget import Budget
 
 SETTINGS = JobSettings.from_env("notifications")
 NOTIFY = NotificationSettings.from_env()

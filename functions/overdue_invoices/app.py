@@ -1,4 +1,4 @@
-"""OverdueInvoicesFunction (cron(0 2 * * ? *)): once per tick on any number of
+"""OverdueInvoicesFunction (hourly, rate(1 hour)): once per tick on any number of
 replicas, move open invoices past due to `overdue` (onceonly_app.billing.overdue)."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import overdue
-from onceonly_app.billing.budget import Budget
-from onceonly_app.billing.config import JobSettings
+from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings
+from onceonly_app.budget import Budget
 
 SETTINGS = JobSettings.from_env("overdue-invoices")
+WATCHER = JobSettings.from_env(PAYMENT_WATCHER_JOB).job  # whose ledger time holds back dunning
 logger = Logger(service="overdue-invoices")
 tracer = Tracer(service="overdue-invoices")  # X-Ray when the template turns tracing on
 metrics = Metrics(service="overdue-invoices")
@@ -28,8 +29,9 @@ metrics = Metrics(service="overdue-invoices")
 @onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
                     heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
-    result = overdue.run(db_pool(), tick, budget=Budget.of_lambda(context))
+    result = overdue.run(db_pool(), tick, watcher=WATCHER, budget=Budget.of_lambda(context))
     metrics.add_metric(name="rows_transitioned", unit=MetricUnit.Count, value=result.transitioned)
-    logger.info("overdue invoices transitioned", extra={"transitioned": result.transitioned,
+    metrics.add_metric(name="invoices_held_for_payments", unit=MetricUnit.Count, value=result.held)
+    logger.info("overdue invoices transitioned", extra={"transitioned": result.transitioned, "held": result.held,
                                                         "batches": result.batches, "token": tick.token})
     return {"transitioned": result.transitioned}

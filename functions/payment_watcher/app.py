@@ -15,11 +15,11 @@ from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import payment_watcher
 from onceonly_app.billing.aws import bounded_client
-from onceonly_app.billing.budget import Budget
-from onceonly_app.billing.config import JobSettings, PaymentWatcherSettings
+from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings, PaymentWatcherSettings
 from onceonly_app.billing.payments_api import PaymentsClient
+from onceonly_app.budget import Budget
 
-SETTINGS = JobSettings.from_env("payment-watcher")
+SETTINGS = JobSettings.from_env(PAYMENT_WATCHER_JOB)
 WATCH = PaymentWatcherSettings.from_env()
 logger = Logger(service="payment-watcher")
 tracer = Tracer(service="payment-watcher")  # X-Ray when the template turns tracing on

@@ -13,8 +13,8 @@ import onceonly
 from onceonly_app.appdb.clients import coordination_store, db_pool
 from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import recurring
-from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import JobSettings
+from onceonly_app.budget import Budget
 
 SETTINGS = JobSettings.from_env("recurring-billing")
 logger = Logger(service="recurring-billing")

@@ -1,29 +1,32 @@
 """SchemaMigrationFunction: the CloudFormation custom resource behind every
-deploy. Applies the domain migrations and the coordination store's setup()
+deploy. Applies the coordination store's setup() and the domain migrations
 before any other function runs (they depend on it), and answers CloudFormation
-SUCCESS or FAILED (onceonly_app.appdb.custom_resource)."""
+SUCCESS or FAILED (custom_resource.py, next to this file).
+
+Only the standard library loads at import time: the layer (psycopg,
+Powertools) loads inside the handler, so a build that cannot load is a FAILED
+answer with the reason, never a request nobody answers."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
-from onceonly_app.appdb import custom_resource
-from onceonly_app.appdb.schema import apply_schema
-from onceonly_app.appdb.settings import database_url, store_url
-
-logger = Logger(service="schema-migration")
-tracer = Tracer(service="schema-migration")  # X-Ray when the template turns tracing on
+import custom_resource
 
 
-def apply() -> dict[str, str]:
-    report = apply_schema(database_url(), store_url())
-    return {"MigrationsApplied": ",".join(report.migrations_applied) or "none", "StoreKind": report.store_kind}
+def _load() -> tuple[custom_resource.Step, Any]:
+    from aws_lambda_powertools import Logger
+
+    from onceonly_app.appdb.schema import apply_schema
+    from onceonly_app.appdb.settings import database_url, store_url
+
+    def apply(responder: custom_resource.Responder) -> dict[str, str]:
+        report = apply_schema(database_url(), store_url(), responder)
+        return {"MigrationsApplied": ",".join(report.migrations_applied) or "none", "StoreKind": report.store_kind,
+                "SchemaVersion": report.schema_version}
+
+    return apply, Logger(service="schema-migration")
 
 
-@tracer.capture_lambda_handler
-@logger.inject_lambda_context(log_event=False)
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return custom_resource.handle(event, lambda: context.get_remaining_time_in_millis() / 1000, apply, logger)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return custom_resource.handle(event, lambda: context.get_remaining_time_in_millis() / 1000, _load)

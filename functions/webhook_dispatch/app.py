@@ -2,7 +2,9 @@
 first attempt. Each record fails alone (ReportBatchItemFailures): a malformed one
 comes back until maxReceiveCount moves it to the dead-letter queue, one without
 time left comes back later, and the records a store outage stopped come back
-with a growing visibility timeout (webhooks/dispatch_batch.py)."""
+with a growing visibility timeout (webhooks/dispatch_batch.py). The records are
+delivered concurrently (WEBHOOK_MAX_IN_FLIGHT) before the batch processor reads
+their outcomes in order."""
 
 from __future__ import annotations
 
@@ -52,10 +54,12 @@ def count(result: DispatchResult) -> None:
 @schema_required(logger)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     check_sqs_event(event)  # MalformedBatchError before any record is touched (docs/security.md)
-    batch = DispatchBatch(webhook_service(logger), context.get_remaining_time_in_millis, logger)
+    service = webhook_service(logger)
+    batch = DispatchBatch(service, service.invocation_budget(context), logger)
+    batch.run([SQSRecord(record) for record in event["Records"]])
 
     def record_handler(record: SQSRecord) -> str:
-        result = batch.handle(record)
+        result = batch.outcome(record)
         count(result)
         return result.kind
 

@@ -32,7 +32,8 @@ METRIC_NAMES = {"succeeded": "deliveries_succeeded", "failed": "deliveries_faile
 @schema_required(logger)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     scheduled_time_of(event)  # InvalidEventError for anything but the schedule's event (docs/security.md)
-    report = webhook_service(logger).run_retries(context.get_remaining_time_in_millis)
+    service = webhook_service(logger)
+    report = service.run_retries(service.invocation_budget(context))
     summary: dict[str, Any] = {name: getattr(report, name) for name in COUNTERS}
     summary.update(claimed=report.claimed, finished_elsewhere=report.finished_elsewhere,
                    handed_back=report.handed_back)

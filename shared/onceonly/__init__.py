@@ -8,6 +8,7 @@ from .errors import (
     LeaseLostError,
     OnceOnlyError,
     StoreNotReadyError,
+    StoreRefusedError,
     StoreUnavailableError,
 )
 from .scheduled import InvalidEventError, Tick, scheduled
@@ -28,6 +29,7 @@ __all__ = [
     "QueueDepth",
     "Store",
     "StoreNotReadyError",
+    "StoreRefusedError",
     "StoreUnavailableError",
     "check_seconds",  # the layer's ttl check, for settings that feed it
     "connect",

@@ -15,9 +15,13 @@ SCHEMES = ("postgresql", "postgres", "redis", "rediss", "dynamodb")
 def connect(url: str, *, refresh_url: Callable[[], str] | None = None) -> Store:
     """Open a store from a URL:
 
-    - ``postgresql://user@host:5432/db`` (psycopg 3 pool)
+    - ``postgresql://user@host:5432/db`` (psycopg 3 pool; ``?pool_mode=transaction``
+      behind a transaction pooler such as PgBouncer or Supavisor, implied by an
+      RDS Proxy host: no prepared statements, no session state)
     - ``redis://host:6379/0`` or ``rediss://…`` (redis-py; ``?prefix=`` changes the key
-      prefix, ``?wait_replicas=1&wait_timeout_ms=500`` turns on durable mode)
+      prefix, ``?wait_replicas=1&wait_timeout_ms=500`` turns on durable mode; a server
+      whose ``maxmemory-policy`` is not ``noeviction`` is refused with ConfigError
+      unless ``?allow_eviction=1``)
     - ``dynamodb://TABLE?region=us-east-1&endpoint_url=http://127.0.0.1:4567&shards=8``
 
     Every scheme takes ``?timeout=SECONDS`` (default 10): an operation on a store

@@ -19,6 +19,12 @@ class StoreUnavailableError(OnceOnlyError):
     """The store could not be reached or answered with an error. Nothing was granted."""
 
 
+class StoreRefusedError(StoreUnavailableError):
+    """The server (or a pooler or proxy in front of it) refused the connection
+    in a way a retry will not change: bad credentials, an unknown database, a
+    refused startup parameter. The message is the server's. Nothing was granted."""
+
+
 class StoreNotReadyError(OnceOnlyError):
     """The table, schema or index the store needs is missing: run ``store.setup()``
     or deploy the template's resources."""

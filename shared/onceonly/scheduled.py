@@ -20,8 +20,12 @@ backend):
   (about 60 s, then 120 s later); the retry takes it over with a higher token
   (``Tick.reclaimed``).
 
-The body's own writes must still be idempotent or fenced with ``tick.token``: a
-run paused past its lease is not stopped, only refused at its next fenced write.
+The heartbeat renews against the lease's end (see :mod:`onceonly.heartbeat`):
+when the end passes without a successful renewal, the body is told
+(``tick.lost``, ``tick.wait_lost()``, ``tick.on_lost()``) so that a long body
+can stop. The body's own writes must still be idempotent or fenced with
+``tick.token``: a run paused past its lease is not stopped, only refused at its
+next fenced write.
 """
 
 from __future__ import annotations
@@ -29,22 +33,26 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from .api import Lease, Store
 from .errors import ConfigError, LeaseLostError, OnceOnlyError
-from .heartbeat import Heartbeat
-from .stores._common import check_seconds
+from .heartbeat import Heartbeat, LeaseClock
+from .stores._common import MAX_NAME_BYTES, check_name, check_seconds
 
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
 SCHEDULED_SOURCE = "aws.events"
 # Well under Lambda's first retry of a failed asynchronous invocation (about
 # 60 s): a crashed run's tick must be free again when that retry arrives.
 DEFAULT_TTL = 30.0
-HEARTBEATS_PER_TTL = 3  # default heartbeat: ttl / 3, so two missed beats still keep the lease
+# Default heartbeat: ttl / 3. A renewal starts when two thirds of the lease are
+# left; a failed one is retried every ttl / 6, so two failures in a row, or one
+# renewal hanging for a store timeout of ttl / 3, still keep the lease.
+HEARTBEATS_PER_TTL = 3
 DEFAULT_KEEP = 7 * 86400.0
 
 _log = logging.getLogger("onceonly.scheduled")
@@ -72,7 +80,11 @@ class Tick:
     complete (it crashed, timed out or failed) and this run took over.
 
     The guard's heartbeat renews the lease from another thread while the body
-    runs; ``renew()`` is safe to call from the body too.
+    runs; ``renew()`` is safe to call from the body too. When the lease is lost
+    (its end passed, by this process's clock, without a successful renewal, or
+    a renewal found a newer run), ``lost`` turns true, ``wait_lost()`` returns
+    and every ``on_lost`` callback runs: a long body should stop then. A newer
+    run may own the tick from that moment; its fenced writes refuse this one's.
     """
 
     job: str
@@ -81,8 +93,17 @@ class Tick:
     lease: Lease
     ttl: float
     _store: Store = field(repr=False)
+    # time.monotonic() before the request that granted the lease was sent
+    # (default: now); the lease's end is counted from it.
+    asked_at: InitVar[float | None] = None
+    _clock: LeaseClock = field(init=False, repr=False)
     _renewing: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _lost: bool = field(default=False, repr=False)
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _losing: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lost_callbacks: list[Callable[[], object]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self, asked_at: float | None) -> None:
+        self._clock = LeaseClock(time.monotonic() if asked_at is None else asked_at, self.ttl)
 
     @property
     def lock_name(self) -> str:
@@ -103,23 +124,62 @@ class Tick:
 
     @property
     def lost(self) -> bool:
-        """True once a renewal (the heartbeat's or the body's) found that another
-        run took the tick over. The body may check it to stop early."""
-        return self._lost
+        """True once the tick's lease is lost (see the class docstring). The body
+        may check it between steps to stop early."""
+        return self._lost.is_set()
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking at once if the lease is lost;
+        True if it was. ``if tick.wait_lost(5): return`` instead of ``sleep(5)``."""
+        return self._lost.wait(timeout)
+
+    def on_lost(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` once when the lease is lost (at once if it already
+        was), on the thread that found the loss (the heartbeat's, or the body's
+        own ``renew()``): e.g. to cancel a request in flight. An exception it
+        raises is logged, not propagated."""
+        with self._losing:
+            if not self._lost.is_set():
+                self._lost_callbacks.append(callback)
+                return
+        _call_quietly(callback)
 
     def renew(self, ttl: float | None = None) -> Lease:
         """Extend the tick's lease to now + ``ttl`` (default: the guard's ttl).
-        Raises LeaseLostError if another run took the tick over (also on every
-        call after that was found once)."""
+        Raises LeaseLostError if another run took the tick over, and on every
+        call once the lease was lost. Waits for a renewal in flight first (at
+        most the store's timeout)."""
         with self._renewing:  # the heartbeat and the body may renew at once
-            if self._lost:
-                raise LeaseLostError(f"tick {self.lease.name!r} token {self.token} was taken over by a newer run")
+            if self.lost:
+                raise LeaseLostError(f"tick {self.lease.name!r} token {self.token} lost its lease")
+            seconds = self.ttl if ttl is None else ttl
+            sent = time.monotonic()  # before the request: the lease ends no earlier than sent + ttl
             try:
-                self.lease = self._store.renew(self.lease, self.ttl if ttl is None else ttl)
-            except LeaseLostError:
-                self._lost = True
+                self.lease = self._store.renew(self.lease, seconds)
+            except LeaseLostError as exc:
+                self._lose(exc)
                 raise
+            self._clock.renewed(sent, seconds)
             return self.lease
+
+    def _lose(self, reason: LeaseLostError) -> None:
+        """Mark the tick lost (``reason``: what the heartbeat or renew found) and
+        run the on_lost callbacks, once."""
+        with self._losing:
+            if self._lost.is_set():
+                return
+            self._lost.set()
+            callbacks, self._lost_callbacks = self._lost_callbacks, []
+        for callback in callbacks:
+            _call_quietly(callback)
+
+
+def _call_quietly(callback: Callable[[], object]) -> None:
+    """An on_lost callback's error must not stop the others, nor the heartbeat."""
+    try:
+        callback()
+    except Exception:
+        _log.exception("a tick.on_lost callback failed")
 
 
 Body = Callable[[Any, Any, Tick], Any]
@@ -130,6 +190,10 @@ StoreSource = Store | Callable[[], Store]
 def tick_lock_name(job: str, scheduled_time: datetime) -> str:
     """The lock record of one tick: job name + scheduled time, UTC, whole seconds."""
     return f"tick:{job}:{scheduled_time.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+# What tick_lock_name adds to the job name: "tick:" and ":YYYY-MM-DDTHH:MM:SSZ".
+_TICK_NAME_OVERHEAD = len(tick_lock_name("", datetime(2000, 1, 1, tzinfo=UTC)))
 
 
 def scheduled_time_of(event: Any) -> datetime:
@@ -163,8 +227,11 @@ def scheduled_time_of(event: Any) -> datetime:
 
 
 def _check_job(job: str) -> str:
-    if not isinstance(job, str) or not job.strip() or any(c.isspace() for c in job):
-        raise ConfigError(f"job must be a non-empty name without whitespace, got {job!r}")
+    """A job name every tick's lock name can be built from: checked here, at
+    decoration, or every tick of the job would fail at the store."""
+    check_name(job, "job", max_bytes=MAX_NAME_BYTES - _TICK_NAME_OVERHEAD)
+    if any(c.isspace() for c in job):
+        raise ConfigError(f"job must be a name without whitespace, got {job!r}")
     return job
 
 
@@ -194,10 +261,15 @@ def scheduled(
     ``store`` is a Store or a zero-argument callable returning one (called per
     invocation, so pass a cached factory such as ``onceonly_app.appdb.clients.coordination_store``).
     ``ttl`` is the tick's lease and ``heartbeat`` (default ``ttl / 3``) how often
-    a background thread renews it while the body runs. A run that dies stops
+    a background thread renews it while the body runs: each renewal starts
+    ``heartbeat`` after the previous successful one was sent, a failed one is
+    retried ``heartbeat / 2`` later while the lease lasts, and when the lease's
+    end passes unrenewed the body is told (``tick.lost``). A run that dies stops
     renewing, so its tick is free again within ``ttl``: keep ``ttl`` well under
     the platform's retry delay (Lambda retries a failed asynchronous invocation
-    after about 60 s) and well over the renewal's worst-case latency.
+    after about 60 s), and the store URL's ``timeout`` at most ``ttl / 3`` (the
+    default 10 s for the default 30 s), so that a renewal that hangs for the
+    whole timeout leaves time for another.
     ``logger`` (stdlib or Powertools) gets one structured line per outcome;
     ``metrics`` gets ``ticks_run``, ``ticks_skipped_duplicate``,
     ``ticks_superseded``, ``ticks_failed`` (every invocation that raises) and
@@ -225,11 +297,12 @@ def scheduled(
         tick_store = _resolve(store)
         name = tick_lock_name(job, when)
         report: dict[str, Any] = {"job": job, "tick": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        asked = time.monotonic()  # before the request: the lease ends no earlier than asked + ttl
         lease = tick_store.acquire(name, ttl=ttl)
         if lease is None:
             return _skipped(tick_store, name, report, log, count)
         tick = Tick(job=job, scheduled_time=when, event_id=_event_id(event), lease=lease, ttl=ttl,
-                    _store=tick_store)
+                    _store=tick_store, asked_at=asked)
         context_fields = {"lock": name, "token": lease.token, "owner": lease.owner,
                           "event_id": tick.event_id}
         if tick.reclaimed:
@@ -237,7 +310,8 @@ def scheduled(
             log.warning("taking over a tick an earlier run did not complete", extra=context_fields)
         try:
             # Stopped (and joined) before the tick is completed or released below.
-            with Heartbeat(tick.renew, beat, name=name, log=log, fields=context_fields):
+            with Heartbeat(tick.renew, tick._clock, ttl, beat, name=name, on_lost=tick._lose, log=log,
+                           fields=context_fields):
                 result = body(event, context, tick)
         except LeaseLostError as exc:
             # A lease the body relies on (the tick's, or one of its own) was

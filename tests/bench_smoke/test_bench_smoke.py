@@ -16,10 +16,10 @@ from onceonly_cli.servers import REPO_ROOT
 
 pytestmark = [pytest.mark.bench, pytest.mark.xdist_group("processes")]  # spawns processes
 
-SECTIONS = ("claims", "leases", "backlog", "procrastinate", "idempotency", "replicas")
+SECTIONS = ("claims", "leases", "backlog", "procrastinate", "idempotency", "replicas", "delivery_cost")
 HEADINGS = ("## Targets", "## Claim + ack, per store", "### PostgreSQL", "### Redis", "### DynamoDB (dynalite)",
-            "## Backlog scaling", "## Beside the field's tools", "## Scaling with replicas", "## Missed targets",
-            "## Method")
+            "## Backlog scaling", "## Beside the field's tools", "## Scaling with replicas",
+            "## Cost per delivery: serial against concurrent sending", "## Missed targets", "## Method")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -36,7 +36,7 @@ def test_every_section_wrote_runs_to_the_json(smoke_run: Path) -> None:
     result = json.loads((smoke_run / "benchmarks.json").read_text())
     assert {run["section"] for run in result["runs"]} == set(SECTIONS)
     assert result["machine"]["postgresql"] and result["machine"]["redis"]
-    assert len(result["targets"]) == 9
+    assert len(result["targets"]) == 10
 
 
 def test_onceonly_handed_every_item_out_exactly_once(smoke_run: Path) -> None:
@@ -45,7 +45,7 @@ def test_onceonly_handed_every_item_out_exactly_once(smoke_run: Path) -> None:
     assert {r["store"] for r in ours} == {"postgresql", "redis", "dynamodb"}
     for run in ours:
         assert (run["duplicates"], run["lost"], run["left"]) == (0, 0, 0), run
-    assert all(r["exactly_once"] for r in runs if r["section"] == "replicas")
+    assert all(r["exactly_once"] for r in runs if r["section"] in ("replicas", "delivery_cost"))
 
 
 def test_the_report_has_every_table_and_chart(smoke_run: Path) -> None:

@@ -41,6 +41,7 @@ def test_paused_overdue_run_cannot_commit_its_transitions(
     store.setup()
     with data.connect(jobs_db) as conn:
         late = sorted(data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z") for _ in range(3))
+        data.ledger_read(conn, scope.job)  # the scope's payment watcher is not behind
     event = scheduled_event("overdue_invoices", "2026-11-29T02:00:00Z")
 
     paused = replicas.start(scope.invocation("overdue_invoices", event, **SHORT), name="paused",

@@ -6,6 +6,11 @@
   receiver dedupes this at-least-once case.
 - Retry crash: the same, but the one killed is a retry worker holding a claim
   from the due queue; the next claim (higher token) takes over its stamp.
+- Crash with several POSTs in flight: the dispatcher is SIGKILLed with five
+  requests of one batch held by the receiver and a sixth record waiting for a
+  free slot. SQS brings the whole batch back; with the retry
+  worker, every delivery ends succeeded exactly once, and only a request the
+  killed replica never recorded is repeated, under its own webhook-id.
 - Fencing: a retry worker is SIGSTOPped after sending its POST, past its lease.
   Another worker reclaims and delivers. When the frozen one wakes up with its
   (failed) response, its write is refused: the newer result stands."""
@@ -22,9 +27,9 @@ import pytest
 import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import Reply, WebhookReceiver
+from onceonly_cli.receiver import ReceivedRequest, Reply, WebhookReceiver
 from tests.concurrency.race import CTX, read_histories
-from tests.support.webhook_workers import kill_mid_request, lone_worker
+from tests.support.webhook_workers import kill_mid_request, kill_when, lone_worker
 from tests.support.webhooks import (
     attempts,
     context,
@@ -33,6 +38,7 @@ from tests.support.webhooks import (
     drive_retries,
     lambda_env,
     message,
+    most_in_flight,
     new_id,
     scheduled_event,
     sleep_until_due,
@@ -89,6 +95,56 @@ def test_a_replica_killed_mid_attempt_is_reclaimed_and_delivered_with_the_same_i
     (attempt,) = attempts(webhook_db, [delivery_id])
     assert attempt["recorded"] and attempt["fence_token"] >= 1 and attempt["outcome"] == "succeeded"
     assert deliveries(webhook_db, [delivery_id])[delivery_id]["status"] == "succeeded"
+    assert read_histories(tmp_path) == []  # the killed replica never returned
+
+
+def test_a_replica_killed_with_several_posts_in_flight_delivers_each_exactly_once(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    env, _, _ = _setup(webhook_db, store_url, receiver)
+    env["WEBHOOK_MAX_IN_FLIGHT"] = "5"
+    owners = []
+    for _ in range(6):
+        secret = new_secret()
+        owners.append(create_subscription(webhook_db, receiver.endpoint(new_id("ep"), secret), secret))
+    # Six records, five in flight at most: the first five are held by their
+    # endpoints until after the kill; the sixth waits for a free slot and is
+    # never started by the killed replica.
+    events = [new_id("evt") for _ in owners]
+    ids = [delivery_id_for(w, e) for w, e in zip(owners, events, strict=True)]
+    gate = threading.Event()
+    for delivery_id in ids[:5]:
+        receiver.script(delivery_id, [Reply(200, hold=gate)])
+    event = sqs_event([message(w, e) for w, e in zip(owners, events, strict=True)])
+
+    def all_five_held(requests: list[ReceivedRequest]) -> bool:
+        return len({r.webhook_id for r in requests if r.status is None}) == 5
+
+    exitcode = kill_when("webhook_dispatch", event, tmp_path / "dispatch.jsonl", env, receiver, all_five_held,
+                         gate, timeout=WAIT)
+    assert exitcode == -signal.SIGKILL
+    killed_mid_flight = receiver.history()
+    assert most_in_flight(killed_mid_flight) == 5  # the killed replica really had five POSTs out at once
+    assert attempts(webhook_db, ids) == []  # it died before recording any outcome
+    assert ids[5] not in {r.webhook_id for r in killed_mid_flight}  # the sixth never started
+
+    with lambda_env(env) as (dispatch, retry):
+        # SQS brings the unanswered batch back: the held ones are duplicates now
+        # (their safety nets are in the due queue), the unstarted one is new.
+        assert dispatch(event, context("dispatch")) == {"batchItemFailures": []}
+        drive_retries(retry, lambda: set(receiver.successes()) >= set(ids), timeout=WAIT)
+    rows = deliveries(webhook_db, ids)
+    assert {rows[i]["status"] for i in ids} == {"succeeded"}
+    for delivery_id in ids:  # each delivery has exactly one recorded success
+        log = attempts(webhook_db, [delivery_id])
+        assert [a["outcome"] for a in log if a["recorded"]] == ["succeeded"], log
+    requests = receiver.history()
+    assert {r.webhook_id for r in requests} == set(ids) and all(r.verified for r in requests)
+    by_id = {i: [r for r in requests if r.webhook_id == i] for i in ids}
+    # The five the killed replica held: sent again, under the same webhook-id and
+    # with the same body; the unstarted one: sent once.
+    assert [len(by_id[i]) for i in ids] == [2, 2, 2, 2, 2, 1]
+    assert all(len({r.body for r in by_id[i]}) == 1 for i in ids)
     assert read_histories(tmp_path) == []  # the killed replica never returned
 
 

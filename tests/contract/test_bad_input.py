@@ -6,6 +6,7 @@ item size (docs/coordination.md)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -188,6 +189,30 @@ def test_payload_round_trips_unicode(store: onceonly.Store, unique: str) -> None
     q.put("item", payload=payload)
     (claim,) = _claim_when_visible(q)
     assert claim.payload == payload
+
+
+# Numbers a re-encoding store changes (jsonb: 1e16 -> an int, -0.0 -> 0.0, a
+# float near 2**60 -> another number), and their neighbours.
+EXACT_NUMBERS = {"1e16": 1e16, "-0.0": -0.0, "float 2**60": float(2**60), "int 2**60": 2**60,
+                 "2**60+1 as float": float(2**60 + 1), "0.1": 0.1, "tiny": 5e-324, "huge": 1.7976931348623157e308,
+                 "1.0": 1.0, "nested": [-0.0, 1e16, {"x": 1.5e300}], "int 2**70": 2**70}
+
+
+def _exact(value: Any) -> str:
+    """Every bit that matters, where == is blind: -0.0 == 0.0 and 1e16 == 10**16."""
+    return json.dumps(value, sort_keys=True)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["put", "put_many"])
+def test_payload_numbers_come_back_exactly_as_put(store: onceonly.Store, unique: str, batch: bool) -> None:
+    q = store.queue(unique)
+    if batch:
+        q.put_many([("item", None, EXACT_NUMBERS)])
+    else:
+        q.put("item", payload=EXACT_NUMBERS)
+    (claim,) = _claim_when_visible(q)
+    assert _exact(claim.payload) == _exact(EXACT_NUMBERS)
+    assert {k: type(v) for k, v in claim.payload.items()} == {k: type(v) for k, v in EXACT_NUMBERS.items()}
 
 
 # -- times and limits ---------------------------------------------------------------------

@@ -5,13 +5,17 @@ errors for everything a user can get wrong."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import onceonly
 
-from .cli_support import one_line_error, run_cli
+from .cli_support import ONCEONLY, one_line_error, run_cli
 
 HANDLER = '''
 import os, time
@@ -107,6 +111,31 @@ def test_the_template_timeout_kills_the_invocation(project: Path, ready_database
                      cwd=project, timeout=60)
     assert result.returncode == 1
     assert "Task timed out after 1.00 seconds" in result.stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_signal_to_invoke_ends_its_invocation_too(project: Path, ready_database: str, signum: int) -> None:
+    (project / "slow.json").write_text('{"sleep": 8}')  # the template gives it 9 s
+    proc = subprocess.Popen([str(ONCEONLY), "invoke", "EchoFunction", "-e", "slow.json", "--database",
+                             ready_database, "--no-setup"], cwd=project, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (children := psutil.Process(proc.pid).children(recursive=True)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert children, "the invocation never started"
+        time.sleep(1)  # the handler is sleeping now
+        proc.send_signal(signum)
+        code = proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(children, timeout=3)  # well before the handler's 8 s are up
+        for child in alive:  # never leave one running, even when the assertion below fails
+            child.kill()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not alive, [c.cmdline() for c in alive]
+    assert code == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,11 @@ moto's gaps, worked around here and not in the template:
   the result the way CloudFormation would;
 - moto skips AWS::CloudWatch::Alarm and AWS::Lambda::EventInvokeConfig
   (it warns and creates nothing): those are asserted on the transformed
-  template instead (test_alarms_* and test_failed_ticks_*).
+  template instead (test_alarms_* and test_failed_ticks_*);
+- moto's stacks attach no role's ManagedPolicyArns, and its Lambda answers 500
+  for the schema function once the stack invoked it: the stack test checks each
+  function's role and its inline policies, tests/unit/test_iam_least_privilege.py
+  the managed policies.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ import pytest
 import requests
 
 import onceonly
-from onceonly_app.appdb import custom_resource
 from onceonly_app.appdb.schema import apply_schema
+from tests.support.built_schema_function import source_custom_resource
 from tests.support.cfn_conditions import Conditions
 from tests.support.stack import REPO, STACK_REGION, parameters_for, tool, tool_env, transformed, upload_code
 
@@ -102,11 +106,11 @@ def test_the_stack_reaches_create_complete_with_the_schema_applied_first(
             "ResourceProperties": template["Resources"]["SchemaMigration"]["Properties"],
         }
 
-        def apply() -> dict[str, str]:
-            report = apply_schema(database_url, store_url)
+        def apply(responder: Any) -> dict[str, str]:
+            report = apply_schema(database_url, store_url, responder)
             return {"MigrationsApplied": ",".join(report.migrations_applied)}
 
-        answer = custom_resource.handle(event, lambda: 300.0, apply, _QuietLog())
+        answer = source_custom_resource().handle(event, lambda: 300.0, lambda: (apply, _QuietLog()))
         assert answer["Status"] == "SUCCESS", answer
         stack = _wait_for(cfn, stack_id, {"CREATE_COMPLETE", "CREATE_FAILED", "ROLLBACK_COMPLETE"})
         assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
@@ -125,6 +129,16 @@ def test_the_stack_reaches_create_complete_with_the_schema_applied_first(
              for r in cfn.describe_stack_resources(StackName=stack_id)["StackResources"]}
     env = lambdas.get_function(FunctionName=names["WebhookDispatchFunction"])["Configuration"]["Environment"]
     variables = env["Variables"]
+    # Each function runs under its own role, created with its inline policies
+    # (moto's stacks attach no ManagedPolicyArns: tests/unit/test_iam_least_privilege.py checks those).
+    iam = session.client("iam", endpoint_url=moto_stack_endpoint)
+    for function in [name for name, r in template["Resources"].items() if r["Type"] == "AWS::Lambda::Function"]:
+        role = f"{function}Role"
+        if function != "SchemaMigrationFunction":  # moto answers 500 for a function its stack has invoked
+            assert lambdas.get_function_configuration(FunctionName=names[function])["Role"] == \
+                iam.get_role(RoleName=names[role])["Role"]["Arn"], function
+        inline = {policy["PolicyName"] for policy in template["Resources"][role]["Properties"]["Policies"]}
+        assert "logs" in inline and set(iam.list_role_policies(RoleName=names[role])["PolicyNames"]) == inline
     cfn.delete_stack(StackName=stack_id)
     if kind == "dynamodb":
         assert variables["ONCEONLY_STORE_URL"].startswith("dynamodb://")
@@ -164,13 +178,46 @@ def test_no_vpc_by_default_and_every_function_in_the_vpc_when_subnets_are_given(
 
 
 def test_vpc_endpoints_are_optional_and_let_the_functions_in() -> None:
-    endpoints = _of_type(_deployed(SubnetIds="subnet-0a", SecurityGroupIds="sg-0c", VpcEndpoints="create",
-                                   VpcId="vpc-0d", RouteTableIds="rtb-0e"), "AWS::EC2::VPCEndpoint")
+    network = {"SubnetIds": "subnet-0a", "SecurityGroupIds": "sg-0c", "VpcEndpoints": "create", "VpcId": "vpc-0d",
+               "RouteTableIds": "rtb-0e"}
+    deployed = _deployed(**network)
+    endpoints = _of_type(deployed, "AWS::EC2::VPCEndpoint")
     services = sorted(e["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1] for e in endpoints.values())
-    assert services == ["dynamodb", "secretsmanager", "sqs"]
-    without_routes = _deployed(SubnetIds="subnet-0a", SecurityGroupIds="sg-0c", VpcEndpoints="create",
-                               VpcId="vpc-0d", StoreKind="redis")
-    assert len(_of_type(without_routes, "AWS::EC2::VPCEndpoint")) == 2  # no DynamoDB gateway without the table
+    assert services == ["dynamodb", "s3", "secretsmanager", "sqs"]
+    # The schema step's answer (S3), its secrets and setup() need them: CloudFormation creates them first.
+    assert sorted(r["Ref"] for r in deployed["Resources"]["SchemaMigration"]["Properties"]["NetworkPath"]) == \
+        ["DynamoDBEndpoint", "S3Endpoint", "SecretsManagerEndpoint"]
+    redis = _deployed(**network, StoreKind="redis")
+    assert len(_of_type(redis, "AWS::EC2::VPCEndpoint")) == 3  # no DynamoDB gateway without the table
+    assert len(redis["Resources"]["SchemaMigration"]["Properties"]["NetworkPath"]) == 2
+    assert _deployed()["Resources"]["SchemaMigration"]["Properties"]["NetworkPath"] == ""
+
+
+def _variable(conditions: Conditions, variables: dict[str, Any], name: str) -> Any:
+    value = variables.get(name, "")  # an AWS::NoValue variable is absent: the handler reads it as ""
+    return conditions.value(value) if isinstance(value, dict) and "Ref" in value and \
+        value["Ref"] in conditions.parameters else value
+
+
+@pytest.mark.parametrize("params", [
+    {}, {"StoreKind": "redis"}, {"DatabaseHost": "db.internal", "DatabaseName": "billing",
+                                 "DatabaseProxyEndpoint": "proxy.internal:5432"}])
+def test_the_schema_steps_properties_are_its_functions_configuration(params: dict[str, str]) -> None:
+    """The handler treats an Update whose properties differ from its own
+    variables as a rollback: on the deployed template they must be equal, or
+    no upgrade would ever migrate. Each target and the layer is a property, so
+    changing one runs the step again."""
+    custom_resource = source_custom_resource()
+    parameters = parameters_for(params.get("StoreKind", "dynamodb"), **params)
+    template = transformed(parameters)
+    conditions = Conditions(template, parameters)
+    deployed = conditions.deployed(template)
+    props = deployed["Resources"]["SchemaMigration"]["Properties"]
+    variables = deployed["Resources"]["SchemaMigrationFunction"]["Properties"]["Environment"]["Variables"]
+    for prop, variable in custom_resource.CONFIGURATION.items():
+        assert _variable(conditions, props, prop) == _variable(conditions, variables, variable), (prop, variable)
+    assert variables[custom_resource.DEPLOYED_MARKER] == props["LayerVersion"]
+    assert {"StoreKind", "SchemaRunId"} <= props.keys()
 
 
 def test_the_dispatch_function_is_capped_by_its_parameters() -> None:
@@ -179,8 +226,11 @@ def test_the_dispatch_function_is_capped_by_its_parameters() -> None:
     assert mapping["Properties"]["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "DispatchMaximumConcurrency"}}
     assert default["Parameters"]["DispatchMaximumConcurrency"]["Default"] == 5
     assert "ReservedConcurrentExecutions" not in default["Resources"]["WebhookDispatchFunction"]["Properties"]
-    reserved = _deployed(DispatchReservedConcurrency="8")["Resources"]["WebhookDispatchFunction"]["Properties"]
-    assert reserved["ReservedConcurrentExecutions"] == {"Ref": "DispatchReservedConcurrency"}
+    reserved = _deployed(DispatchReservedConcurrency="match")["Resources"]["WebhookDispatchFunction"]["Properties"]
+    assert reserved["ReservedConcurrentExecutions"] == {"Ref": "DispatchMaximumConcurrency"}
+    # No number to get wrong: 0 throttles everything, less than the SQS cap throttles its pollers.
+    assert default["Parameters"]["DispatchReservedConcurrency"]["AllowedValues"] == ["none", "match"]
+    assert default["Parameters"]["DispatchMaximumConcurrency"]["MinValue"] >= 2
 
 
 def test_alarms_notify_the_topic_and_cover_every_function() -> None:
@@ -196,7 +246,19 @@ def test_alarms_notify_the_topic_and_cover_every_function() -> None:
         assert ("Errors", function) in watched and ("Throttles", function) in watched, function
     for service in ("overdue-invoices", "notifications", "recurring-billing", "payment-watcher"):
         assert ("ticks_failed", service) in watched
-    assert ("ticks_run", "payment-watcher") in watched  # the stale watcher
+    # "No tick ran" for every scheduled job: a disabled rule or failing invocations page someone.
+    stale = {a["Properties"]["Dimensions"][0]["Value"]: a["Properties"] for a in alarms.values()
+             if a["Properties"]["ComparisonOperator"] == "LessThanThreshold"}
+    assert sorted(stale) == ["notifications", "overdue-invoices", "payment-watcher", "recurring-billing",
+                             "webhook-retry"]
+    for service, alarm in stale.items():
+        assert alarm["TreatMissingData"] == "breaching" and alarm["Threshold"] == 1, service
+        assert alarm["MetricName"] == ("retry_queue_depth" if service == "webhook-retry" else "ticks_run")
+    window = {service: a["Period"] * a["EvaluationPeriods"] for service, a in stale.items()
+              if not isinstance(a["EvaluationPeriods"], dict)}
+    for service, interval in SCHEDULE_SECONDS.items():
+        assert interval < window[service] <= interval + 3600, service  # longer than one interval, not much
+    assert ("notifications_failed", "notifications") in watched
     metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
     assert {"ApproximateAgeOfOldestMessage", "ApproximateNumberOfMessagesVisible"} <= metrics
     subscription = next(iter(_of_type(deployed, "AWS::SNS::Subscription").values()))["Properties"]
@@ -204,11 +266,47 @@ def test_alarms_notify_the_topic_and_cover_every_function() -> None:
     assert not _of_type(_deployed(), "AWS::SNS::Subscription")
 
 
+SCHEDULE_SECONDS = {"webhook-retry": 60, "notifications": 300, "overdue-invoices": 3600,
+                    "recurring-billing": 86400}
+
+
+def test_the_schedules_the_stale_alarms_assume() -> None:
+    rules = {r["Properties"]["Targets"][0]["Arn"]["Fn::GetAtt"][0]: r["Properties"]["ScheduleExpression"]
+             for r in _of_type(_deployed(), "AWS::Events::Rule").values()}
+    assert rules["WebhookRetryFunction"] == "rate(1 minute)"
+    assert rules["NotificationsFunction"] == "rate(5 minutes)"
+    assert rules["OverdueInvoicesFunction"] == "rate(1 hour)"  # hourly: tenants' due days end at any hour
+    assert rules["RecurringBillingFunction"].startswith("cron(") and " * * ? *)" in rules["RecurringBillingFunction"]
+
+
+def test_outputs_name_every_function_log_group_and_the_table() -> None:
+    deployed = _deployed()
+    outputs = {name: o["Value"].get("Ref") for name, o in deployed["Outputs"].items() if isinstance(o["Value"], dict)}
+    for kind in ("AWS::Lambda::Function", "AWS::Logs::LogGroup"):
+        for name in _of_type(deployed, kind):
+            assert name in outputs.values(), f"no output names {name}"
+    assert outputs["CoordinationTableName"] == "CoordinationTable"
+    assert deployed["Outputs"]["CoordinationTableName"]["Condition"] == "UseDynamoDB"  # no table, no output
+
+
+@pytest.mark.parametrize(("address", "allowed"), [
+    ("billing@example.com", False), ("x@example.org", False), ("billing", False), ("a b@c.io", False),
+    ("invoices@billing.onceonly.dev", True), ("ops@example.company.io", True)])
+def test_the_ses_sender_must_be_a_real_address(address: str, allowed: bool) -> None:
+    import re
+
+    spec = _deployed()["Parameters"]["SesFromAddress"]
+    assert "Default" not in spec  # no placeholder SES would refuse
+    assert bool(re.fullmatch(spec["AllowedPattern"], address)) is allowed
+
+
 def test_failed_ticks_go_to_the_tick_failure_queue_and_it_alarms() -> None:
     deployed = _deployed()
     configs = {c["Properties"]["FunctionName"]["Ref"]: c["Properties"]
                for c in _of_type(deployed, "AWS::Lambda::EventInvokeConfig").values()}
-    assert sorted(configs) == sorted(SCHEDULED_JOBS)
+    assert sorted(configs) == sorted([*SCHEDULED_JOBS, "SchemaMigrationFunction"])
+    # CloudFormation invokes the schema step asynchronously: no retry may rerun it after its answer.
+    assert configs.pop("SchemaMigrationFunction")["MaximumRetryAttempts"] == 0
     for config in configs.values():
         assert config["MaximumRetryAttempts"] == 2
         assert config["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["TickFailureQueue", "Arn"]}
@@ -235,7 +333,10 @@ def test_kms_key_and_tracing_parameters() -> None:
     with_key = _deployed(KmsKeyArn=key)["Resources"]["FunctionCommonPolicy"]["Properties"]["PolicyDocument"]
     assert with_key["Statement"][1]["Action"] == "kms:Decrypt"
     traced = _deployed(Tracing="Active")["Resources"]["WebhookRetryFunction"]["Properties"]
-    assert traced["TracingConfig"] == {"Mode": "Active"}
+    assert traced["TracingConfig"] == {"Mode": {"Ref": "Tracing"}}  # the parameter, allowed values Active|Disabled
+    untraced = _deployed()["Resources"]["WebhookRetryFunction"]["Properties"]
+    assert "TracingConfig" not in untraced
+    assert untraced["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == "true"
     assert traced["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == "false"
 
 
@@ -244,6 +345,8 @@ def test_kms_key_and_tracing_parameters() -> None:
     ({"StoreKind": "postgresql"}, "StoreUrlSecretArn is required"),
     ({"SubnetIds": "subnet-0a"}, "together"),
     ({"VpcEndpoints": "create"}, "needs VpcId"),
+    ({"VpcEndpoints": "create", "VpcId": "vpc-0d", "SubnetIds": "subnet-0a", "SecurityGroupIds": "sg-0c"},
+     "needs RouteTableIds"),
 ])
 def test_rules_refuse_incomplete_parameters(params: dict[str, str], broken: str) -> None:
     parameters = {**parameters_for("dynamodb"), **params}

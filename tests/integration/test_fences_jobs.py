@@ -137,6 +137,7 @@ class TickJob:
 
 
 def _seed_overdue(conn: psycopg.Connection[Any], tenant: str) -> None:
+    data.ledger_read(conn, f"watcher-{tenant}")  # the tenant's payment watcher is not behind
     for _ in range(3):
         data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
 
@@ -152,7 +153,7 @@ def _count(query: str) -> Callable[[psycopg.Connection[Any], str], int]:
 JOBS = {
     "overdue": TickJob(
         "overdue", datetime(2026, 11, 29, 2, 0, tzinfo=UTC), _seed_overdue,
-        lambda pool, tick, tenant: overdue.run(pool, tick, tenant=tenant).transitioned,
+        lambda pool, tick, tenant: overdue.run(pool, tick, watcher=f"watcher-{tenant}", tenant=tenant).transitioned,
         _count("SELECT count(*) AS n FROM invoices WHERE tenant_id = %s AND status = 'overdue'"), "transitioned"),
     "recurring": TickJob(
         "recurring", datetime(2026, 11, 29, 0, 30, tzinfo=UTC), _seed_recurring,
@@ -281,7 +282,7 @@ class PaymentsPages:
         start = int(cursor or 0)
         chunk = self.payments[start:start + limit]
         return Page(chunk, skipped=0, next_cursor=chunk[-1].paging_token if chunk else cursor,
-                    full=len(chunk) == limit)
+                    full=len(chunk) == limit, read_to=None)
 
 
 def account_id() -> str:
@@ -451,7 +452,8 @@ def test_a_stale_cursor_advance_is_refused_even_without_its_hold(pool: Connectio
     with pool.connection() as conn:
         assert conn.execute(sql["stamp_cursor"], {"poller": poller, "token": stale.token}).fetchone() == ("",)
         assert conn.execute(sql["stamp_cursor"], {"poller": poller, "token": current.token}).fetchone() == ("",)
-        moved = conn.execute(sql["advance_cursor"], {"poller": poller, "token": stale.token, "cursor": "9"})
+        moved = conn.execute(sql["advance_cursor"], {"poller": poller, "token": stale.token, "cursor": "9",
+                                                      "read_to": None})
         assert moved.fetchone() is None
         row = conn.execute("SELECT cursor, fence_token FROM payment_cursors WHERE poller = %s", (poller,))
         assert row.fetchone() == ("", current.token)

@@ -23,6 +23,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
+from onceonly_app.budget import Budget
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.config import WebhookConfig
 from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
@@ -43,8 +44,7 @@ CONFIG = WebhookConfig(retry_schedule=(30.0, 30.0), connect_timeout=1.0, read_ti
                        claim_batch=1, deadline_margin=1.0, allow_http_hosts=frozenset({"127.0.0.1"}))
 
 
-def plenty_of_time() -> int:
-    return 60_000  # the invocation's remaining milliseconds, as Lambda's context reports them
+plenty_of_time = Budget(lambda: 60.0, reserve=CONFIG.deadline_margin)  # an invocation with 60 s left
 
 
 class ScriptedSender:

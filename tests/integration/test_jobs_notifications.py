@@ -14,9 +14,9 @@ from psycopg_pool import ConnectionPool
 import onceonly
 from onceonly_app.billing import notifications, overdue
 from onceonly_app.billing.aws import bounded_client, call_seconds
-from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.config import NotificationSettings
 from onceonly_app.billing.ses import SendError, SesNotifier
+from onceonly_app.budget import Budget
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, sent_emails
 from tests.support.jobs_inprocess import run_tick
@@ -101,7 +101,9 @@ def test_an_overdue_email_is_not_sent_once_its_invoice_was_paid(
     tenant = f"tenant-{unique}"
     with data.connect(jobs_db) as conn:
         paid, unpaid = (data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z") for _ in range(2))
-    run_tick(pg_store, f"{unique}-overdue", "2026-11-29T02:00:00Z", lambda t: overdue.run(pool, t, tenant=tenant))
+        data.ledger_read(conn, unique)
+    run_tick(pg_store, f"{unique}-overdue", "2026-11-29T02:00:00Z", lambda t: overdue.run(
+        pool, t, watcher=unique, tenant=tenant))
     with data.connect(jobs_db) as conn:  # paid after the e-mail was queued, before it was sent
         conn.execute("UPDATE invoices SET status = 'paid' WHERE id = %s", (paid,))
     ses = SesNotifier(aws_client("ses", moto_endpoint), ses_sender)

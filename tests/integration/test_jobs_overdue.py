@@ -10,13 +10,21 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.billing import overdue
-from onceonly_app.billing.budget import Budget, RunOutOfTimeError
+from onceonly_app.budget import Budget, RunOutOfTimeError
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import make_scope
 from tests.support.jobs_inprocess import run_tick
 from tests.support.jobs_workers import Replicas, scheduled_event
 
 pytest_plugins = ("tests.support.jobs_fixtures",)
+
+
+@pytest.fixture(autouse=True)
+def ledger_read(jobs_db: str, unique: str) -> None:
+    """The test's payment watcher (named like its overdue job) has read the
+    whole ledger: these tests are about due days, not about waiting for it."""
+    with data.connect(jobs_db) as conn:
+        data.ledger_read(conn, unique)
 
 
 def test_moves_open_invoices_due_before_the_tick_and_records_each_once(
@@ -28,9 +36,11 @@ def test_moves_open_invoices_due_before_the_tick_and_records_each_once(
         data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z", status="paid")
         data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z", status="draft")
 
-    first = run_tick(pg_store, unique, "2026-11-29T02:00:00Z", lambda t: overdue.run(pool, t, tenant=tenant))
+    first = run_tick(pg_store, unique, "2026-11-29T02:00:00Z", lambda t: overdue.run(
+        pool, t, watcher=unique, tenant=tenant))
     # the next day's tick moves the invoice that was due exactly at the first tick, nothing else again
-    second = run_tick(pg_store, unique, "2026-11-30T02:00:00Z", lambda t: overdue.run(pool, t, tenant=tenant))
+    second = run_tick(pg_store, unique, "2026-11-30T02:00:00Z", lambda t: overdue.run(
+        pool, t, watcher=unique, tenant=tenant))
 
     assert first["result"].transitioned == 2 and second["result"].transitioned == 1
     with data.connect(jobs_db) as conn:
@@ -58,7 +68,7 @@ def test_a_second_run_of_a_tick_finds_nothing_to_move(
     with data.connect(jobs_db) as conn:
         data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
     runs = [run_tick(pg_store, f"{unique}-{n}", "2026-11-29T02:00:00Z",
-                     lambda t: overdue.run(pool, t, tenant=tenant)) for n in range(2)]
+                     lambda t: overdue.run(pool, t, watcher=unique, tenant=tenant)) for n in range(2)]
     assert [r["result"].transitioned for r in runs] == [1, 0]
     with data.connect(jobs_db) as conn:
         effects = data.invoice_effects(conn, tenant)
@@ -71,6 +81,7 @@ def test_real_handler_skips_a_duplicate_tick_and_refuses_a_malformed_event(
     scope = make_scope(jobs_db, postgres_url, moto_endpoint, ses_sender, unique)
     with data.connect(jobs_db) as conn:
         data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z")
+        data.ledger_read(conn, scope.job)  # the scope's payment watcher (named like the scope's jobs)
     tick = "2026-11-29T02:00:00Z"
     not_scheduled = {**scheduled_event("overdue_invoices", tick), "source": "aws.s3"}
 
@@ -98,7 +109,8 @@ def test_an_invoice_is_not_overdue_on_its_due_day(
         invoice = data.add_invoice(conn, tenant, due_at="2024-06-15T00:00:00Z")
 
     def moved(when: str) -> int:
-        return run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant))["result"].transitioned
+        return run_tick(pg_store, unique, when, lambda t: overdue.run(
+            pool, t, watcher=unique, tenant=tenant))["result"].transitioned
 
     assert moved("2024-06-15T02:00:00Z") == 0
     assert moved("2024-06-16T02:00:00Z") == 1
@@ -122,7 +134,8 @@ def test_the_due_day_ends_at_midnight_in_the_tenants_time_zone(
         invoice = data.add_invoice(conn, tenant, due_at=due_at)
 
     def moved(when: str) -> int:
-        return run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant))["result"].transitioned
+        return run_tick(pg_store, unique, when, lambda t: overdue.run(
+            pool, t, watcher=unique, tenant=tenant))["result"].transitioned
 
     assert moved(still_open_at) == 0
     assert moved(overdue_at) == 1
@@ -145,7 +158,8 @@ def test_the_overdue_email_shows_money_in_the_currencys_minor_unit(
     with data.connect(jobs_db) as conn:
         invoice = data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z", amount_cents=amount_cents,
                                    currency=currency)
-    run_tick(pg_store, unique, "2026-11-29T02:00:00Z", lambda t: overdue.run(pool, t, tenant=tenant))
+    run_tick(pg_store, unique, "2026-11-29T02:00:00Z", lambda t: overdue.run(
+        pool, t, watcher=unique, tenant=tenant))
     with data.connect(jobs_db) as conn:
         (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
     assert f"for {shown} was due" in email["body_text"]
@@ -160,13 +174,33 @@ def test_a_run_near_its_deadline_stops_between_batches_and_the_retry_goes_on(
     when = "2026-11-29T02:00:00Z"
 
     with pytest.raises(RunOutOfTimeError):
-        run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant, batch_size=2,
-                                                               budget=Budget(lambda: 1.0)))
+        run_tick(pg_store, unique, when, lambda t: overdue.run(
+            pool, t, watcher=unique, tenant=tenant, batch_size=2, budget=Budget(lambda: 1.0)))
     with data.connect(jobs_db) as conn:
         assert data.invoice_effects(conn, tenant)["statuses"] == {"overdue": 2, "open": 1}  # the first batch stands
-    retry = run_tick(pg_store, unique, when, lambda t: overdue.run(pool, t, tenant=tenant, batch_size=2))
+    retry = run_tick(pg_store, unique, when, lambda t: overdue.run(
+        pool, t, watcher=unique, tenant=tenant, batch_size=2))
 
     assert retry["token"] == 2 and retry["result"].transitioned == 1
     with data.connect(jobs_db) as conn:
         effects = data.invoice_effects(conn, tenant)
     assert effects["statuses"] == {"overdue": 3} and effects["notifications"] == 3
+
+
+def test_a_zero_invoice_is_settled_when_issued_and_never_dunned(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    """A free plan or a 100 % discount: nothing is due, so nothing goes overdue."""
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        free = data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z", amount_cents=0)
+        (issued,) = data.rows(conn, "SELECT status, paid_at IS NOT NULL AS settled FROM invoices WHERE id = %s",
+                              free)
+
+    run = run_tick(pg_store, unique, "2026-11-29T02:00:00Z", lambda t: overdue.run(
+        pool, t, watcher=unique, tenant=tenant))
+
+    assert issued == {"status": "paid", "settled": True}
+    assert run["result"].transitioned == 0
+    with data.connect(jobs_db) as conn:
+        effects = data.invoice_effects(conn, tenant)
+    assert effects["statuses"] == {"paid": 1} and effects["notifications"] == 0

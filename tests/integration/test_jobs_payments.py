@@ -6,18 +6,20 @@ times, webhook events, and the outbox sent whatever polling does."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.billing import payment_watcher
+from onceonly_app.billing import overdue, payment_watcher
 from onceonly_app.billing.assets import AcceptedAssets
-from onceonly_app.billing.budget import Budget
 from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
 from onceonly_app.billing.webhook_events import fan_out, invoice_paid_event_id
+from onceonly_app.budget import Budget
 from onceonly_cli.fake_payments import FakePayments, random_account
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, drain_queue
@@ -263,10 +265,10 @@ def test_the_memo_is_matched_only_within_the_receiving_accounts_tenant(
 def test_partial_over_late_and_closed_invoice_payments_are_visible(
         watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
     with data.connect(jobs_db) as conn:
-        def invoice(status: str = "open") -> str:
-            return data.add_invoice(conn, watcher.tenant, due_at="2026-11-01T00:00:00Z", status=status,
-                                    amount_cents=10_00)
-        partly, late, over, paid, void = invoice(), invoice("overdue"), invoice(), invoice("paid"), invoice("void")
+        def invoice(status: str = "open", due_at: str = "2099-01-01T00:00:00Z") -> str:
+            return data.add_invoice(conn, watcher.tenant, due_at=due_at, status=status, amount_cents=10_00)
+        partly, over, paid, void = invoice(), invoice(), invoice("paid"), invoice("void")
+        late = invoice("overdue", due_at="2026-11-01T00:00:00Z")  # paid now, after its due day ended
     for memo, amount in ((partly, "4"), (late, "10"), (over, "15"), (paid, "5"), (void, "5"), (None, "1")):
         fake_payments.add(memo=memo, amount=amount)
 
@@ -346,3 +348,137 @@ def test_a_flush_without_time_for_an_sqs_call_leaves_the_outbox_for_the_next_run
     assert result["webhooks"] == {"sent": 0, "failed": 0, "out_of_time": True} and sent() == []
     later = watcher.tick()
     assert later["webhooks"]["sent"] >= 1 and sent() == ["evt_later"]
+
+
+def test_partial_payments_that_add_up_exactly_pay_the_invoice(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str, webhooks: tuple[str, str],
+        moto_endpoint: str, sqs_queue: str) -> None:
+    """50.005 + 49.995 USDC is 100.00 USD: each part is kept to the stroop, not
+    rounded down to 50.00 and 49.99 on its own."""
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, watcher.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=100_00)
+    fake_payments.add(memo=invoice, amount="50.005", asset_code="USDC")
+    fake_payments.add(memo=invoice, amount="49.995", asset_code="USDC")
+
+    result = watcher.tick()
+
+    assert (result["payments_applied"], result["partial"], result["invoices_paid"]) == (2, 1, 1)
+    assert [(p["amount_cents"], p["outcome"]) for p in payment_rows(jobs_db, watcher.job)] == [
+        (Decimal("5000.5"), "partial"), (Decimal("4999.5"), "settled")]
+    assert statuses(jobs_db, invoice) == ["paid"]
+    mine = [m for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhooks[0]]
+    assert [m["payload"]["invoice_id"] for m in mine] == [invoice]
+
+
+def test_a_stroop_more_is_overpaid_and_a_stroop_less_leaves_the_invoice_open(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    with data.connect(jobs_db) as conn:
+        over, short = (data.add_invoice(conn, watcher.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=100_00)
+                       for _ in range(2))
+    fake_payments.add(memo=over, amount="100.0000001")
+    fake_payments.add(memo=short, amount="99.9999999")
+
+    result = watcher.tick()
+
+    assert (result["overpaid"], result["partial"], result["invoices_paid"]) == (1, 1, 1)
+    assert statuses(jobs_db, over, short) == ["paid", "open"]
+    assert [(p["amount_cents"], p["outcome"]) for p in payment_rows(jobs_db, watcher.job)] == [
+        (Decimal("10000.00001"), "overpaid"), (Decimal("9999.99999"), "partial")]
+
+
+def test_a_thousand_sub_cent_payments_add_up_to_the_amount(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    """1,000 x 0.005 = 5.00: rounded one by one, each would credit nothing."""
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, watcher.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=5_00)
+    for _ in range(1000):
+        fake_payments.add(memo=invoice, amount="0.0050000")
+
+    result = watcher.tick()
+
+    assert (result["payments_applied"], result["partial"], result["invoices_paid"], result["overpaid"]) == (
+        1000, 999, 1, 0)
+    assert statuses(jobs_db, invoice) == ["paid"]
+    outcomes = [p["outcome"] for p in payment_rows(jobs_db, watcher.job)]
+    assert outcomes == ["partial"] * 999 + ["settled"]
+
+
+def run_overdue(watcher: Watcher, when: datetime) -> overdue.OverdueResult:
+    tick = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return run_tick(watcher.store, f"{watcher.job}-overdue", tick, lambda t: overdue.run(  # type: ignore[no-any-return]
+        watcher.pool, t, watcher=watcher.job, tenant=watcher.tenant))["result"]
+
+
+def test_an_on_time_payment_seen_late_is_not_dunned(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    """The payments API is down across the overdue run: an invoice paid on its
+    due day (by ledger time) is held, not dunned, and is paid on time once the
+    watcher reads the payment; an invoice whose due day ended before what the
+    watcher had read moves as before."""
+    now = datetime.now(UTC)
+    due = now + timedelta(hours=3)  # its due day ends at the next midnight (UTC tenant) after that
+    due_day_end = datetime.combine(due.date() + timedelta(days=1), datetime.min.time(), UTC)
+    with data.connect(jobs_db) as conn:
+        on_time = data.add_invoice(conn, watcher.tenant, due_at=due, amount_cents=10_00)
+        unpaid = data.add_invoice(conn, watcher.tenant, due_at=now - timedelta(days=3), amount_cents=10_00)
+    watcher.tick()  # the ledger is read up to about now: past the unpaid invoice's due day, not the other's
+    fake_payments.stop()  # the payments API goes down; the customer pays on the due day meanwhile
+    fake_payments.add(memo=on_time, amount="10", created_at=now)
+
+    with pytest.raises(PaymentsApiError):
+        watcher.tick()
+    run = run_overdue(watcher, due_day_end + timedelta(hours=2))
+
+    assert (run.transitioned, run.held) == (1, 1) and statuses(jobs_db, on_time, unpaid) == ["open", "overdue"]
+    fake_payments.start()
+    watcher.api_url = fake_payments.url
+    assert watcher.tick()["invoices_paid"] == 1
+    assert statuses(jobs_db, on_time) == ["paid"]
+    with data.connect(jobs_db) as conn:
+        emails = data.rows(conn, "SELECT invoice_id FROM notifications WHERE tenant_id = %s", watcher.tenant)
+        history = data.rows(conn, "SELECT to_status FROM invoice_status_history WHERE invoice_id = %s", on_time)
+    assert emails == [{"invoice_id": unpaid}] and history == [{"to_status": "paid"}]
+    assert [p["late"] for p in payment_rows(jobs_db, watcher.job)] == [False]
+
+
+def test_the_overdue_email_states_what_is_still_due_after_a_partial_payment(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, watcher.tenant, due_at="2026-11-01T00:00:00Z", amount_cents=100_00)
+    fake_payments.add(memo=invoice, amount="40.005", created_at=datetime(2026, 10, 30, tzinfo=UTC))
+    watcher.tick()
+
+    assert run_overdue(watcher, datetime(2026, 11, 29, 2, tzinfo=UTC)).transitioned == 1
+    with data.connect(jobs_db) as conn:
+        (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE invoice_id = %s", invoice)
+    # 59.995 is still due: shown rounded up, so paying what is shown settles
+    assert "60.00 USD of 100.00 USD is still due" in email["body_text"], email["body_text"]
+
+
+def test_an_invoice_in_lower_case_usd_is_stored_as_usd_and_can_be_paid(
+        watcher: Watcher, fake_payments: FakePayments, jobs_db: str) -> None:
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, watcher.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=10_00,
+                                   currency=" usd")
+        (stored,) = data.rows(conn, "SELECT currency FROM invoices WHERE id = %s", invoice)
+    fake_payments.add(memo=invoice, amount="10")
+
+    result = watcher.tick()
+
+    assert stored == {"currency": "USD"}
+    assert (result["invoices_paid"], result["unmatched"]) == (1, 0)
+    assert statuses(jobs_db, invoice) == ["paid"]
+
+
+@pytest.mark.parametrize("currency", ["US", "USDX", "U$D", "", "dollars"])
+def test_a_currency_that_is_not_a_three_letter_code_is_refused_when_stored(
+        jobs_db: str, unique: str, currency: str) -> None:
+    with data.connect(jobs_db) as conn:
+        with pytest.raises(psycopg.errors.CheckViolation, match="currency"):
+            data.add_invoice(conn, f"tenant-{unique}", due_at="2026-12-01T00:00:00Z", currency=currency)
+        schedule = data.add_schedule(conn, f"tenant-{unique}", cadence="daily", anchor=date(2026, 11, 1))
+        with pytest.raises(psycopg.errors.CheckViolation, match="currency"):
+            conn.execute("UPDATE billing_schedules SET currency = %s WHERE id = %s", (currency, schedule))
+        conn.execute("UPDATE billing_schedules SET currency = 'eur' WHERE id = %s", (schedule,))
+        assert data.rows(conn, "SELECT currency FROM billing_schedules WHERE id = %s", schedule) == [
+            {"currency": "EUR"}]

@@ -4,7 +4,7 @@ paused periods skipped, cost by what is due, and bounded fenced batches."""
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +12,7 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.billing import recurring
-from onceonly_app.billing.budget import Budget, RunOutOfTimeError
+from onceonly_app.budget import Budget, RunOutOfTimeError
 from tests.support import jobs_data as data
 from tests.support.jobs_inprocess import run_tick
 
@@ -90,7 +90,7 @@ def test_periods_that_start_while_paused_are_skipped_not_billed_on_resume(
 def test_switching_a_schedule_off_and_on_records_the_pause(
         pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
     """Pausing is `active = false`, by any client: the pause window is written
-    by the database, dated today (UTC); nothing is billed while paused, and the
+    by the database, dated today (the tenant's date; UTC here); nothing is billed while paused, and the
     periods inside the window are skipped after the resume."""
     tenant = f"tenant-{unique}"
     with data.connect(jobs_db) as conn:
@@ -125,8 +125,8 @@ def test_a_run_costs_what_is_due_not_schedules_times_periods(pool: ConnectionPoo
         for _ in range(50):
             data.add_schedule(conn, tenant, cadence="daily", anchor=tick_day + timedelta(days=10))
         data.add_schedule(conn, tenant, cadence="weekly", anchor=tick_day - timedelta(days=14))
-    params = {"as_of": tick_day, "tenant": tenant, "schedules": recurring.SCHEDULES_PER_BATCH,
-              "max_periods": recurring.PERIODS_PER_BATCH}
+    params = {"as_of": datetime.combine(tick_day, time(0, 30), UTC), "tenant": tenant,
+              "schedules": recurring.SCHEDULES_PER_BATCH, "max_periods": recurring.PERIODS_PER_BATCH}
 
     with pool.connection() as conn, conn.transaction(force_rollback=True):
         (plan,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + recurring.SQL["generate_batch"],
@@ -190,3 +190,82 @@ def test_a_batch_of_a_run_that_lost_its_tick_is_refused(
 
     assert report["status"] == "superseded"
     assert len(periods(jobs_db, schedule)) == recurring.PERIODS_PER_BATCH  # only the batch before the stamp
+
+
+def test_a_los_angeles_customer_paused_late_on_31_may_is_not_billed_for_june(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    """June's period starts on 1 June in Los Angeles: the 00:30 UTC run on 1 June
+    (17:30 on 31 May there) bills May only; the customer pauses at 23:59 local
+    on 31 May, so the runs after local midnight skip June."""
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        data.set_time_zone(conn, tenant, "America/Los_Angeles")
+        schedule = data.add_schedule(conn, tenant, cadence="monthly", anchor=date(2026, 5, 1))
+
+    def generate(when: str) -> int:
+        return run_tick(pg_store, unique, when, lambda t: recurring.run(pool, t, tenant=tenant))["result"].generated
+
+    assert generate("2026-06-01T00:30:00Z") == 1
+    assert periods(jobs_db, schedule) == ["2026-05-01"]
+    with data.connect(jobs_db) as conn:  # the pause as the database dates it at 23:59 local on 31 May
+        conn.execute("INSERT INTO billing_schedule_pauses (schedule_id, paused_on) VALUES (%s, '2026-05-31')",
+                     (schedule,))
+    assert generate("2026-06-02T00:30:00Z") == 0
+    assert periods(jobs_db, schedule) == ["2026-05-01"]
+
+
+@pytest.mark.parametrize(("tick", "last_period"), [
+    # 8 March 2026: clocks go forward; local midnight is still PST (08:00 UTC)
+    ("2026-03-08T07:59:00Z", "2026-03-07"), ("2026-03-08T08:00:00Z", "2026-03-08"),
+    # 9 March: the first midnight in PDT (07:00 UTC)
+    ("2026-03-09T06:59:00Z", "2026-03-08"), ("2026-03-09T07:00:00Z", "2026-03-09"),
+    # 1 November 2026: clocks go back; midnight is still PDT (07:00 UTC), the next one PST (08:00 UTC)
+    ("2026-11-01T06:59:00Z", "2026-10-31"), ("2026-11-01T07:00:00Z", "2026-11-01"),
+    ("2026-11-02T07:59:00Z", "2026-11-01"), ("2026-11-02T08:00:00Z", "2026-11-02"),
+])
+def test_a_daily_period_starts_at_local_midnight_across_daylight_saving(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str, tick: str,
+        last_period: str) -> None:
+    tenant = f"tenant-{unique}"
+    anchor = date.fromisoformat(last_period) - timedelta(days=2)
+    with data.connect(jobs_db) as conn:
+        data.set_time_zone(conn, tenant, "America/Los_Angeles")
+        schedule = data.add_schedule(conn, tenant, cadence="daily", anchor=anchor)
+
+    run_tick(pg_store, unique, tick, lambda t: recurring.run(pool, t, tenant=tenant))
+
+    assert periods(jobs_db, schedule)[-1] == last_period
+
+
+def test_a_pause_is_dated_in_the_tenants_time_zone(jobs_db: str, unique: str) -> None:
+    """Of UTC+14 and UTC-11 one always has another date than UTC: the pause
+    switched on now is dated by that zone's calendar, not UTC's."""
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        utc_today, zone, local_today = next(
+            (r["utc"], z, r["local"]) for z in ("Pacific/Kiritimati", "Pacific/Pago_Pago")
+            for r in data.rows(conn, "SELECT (now() AT TIME ZONE 'UTC')::date AS utc,"
+                                     " (now() AT TIME ZONE %s)::date AS local", z) if r["utc"] != r["local"])
+        data.set_time_zone(conn, tenant, zone)
+        schedule = data.add_schedule(conn, tenant, cadence="daily", anchor=utc_today)
+        conn.execute("UPDATE billing_schedules SET active = false WHERE id = %s", (schedule,))
+        conn.execute("UPDATE billing_schedules SET active = true WHERE id = %s", (schedule,))
+        windows = data.rows(conn, "SELECT paused_on, resumed_on FROM billing_schedule_pauses WHERE schedule_id = %s",
+                            schedule)
+    assert windows == [{"paused_on": local_today, "resumed_on": local_today}]
+
+
+def test_a_free_plans_invoice_is_settled_when_generated(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        schedule = data.add_schedule(conn, tenant, cadence="monthly", anchor=date(2026, 11, 1), amount_cents=0)
+
+    run_tick(pg_store, unique, "2026-11-01T00:30:00Z", lambda t: recurring.run(pool, t, tenant=tenant))
+
+    with data.connect(jobs_db) as conn:
+        (invoice,) = data.rows(conn, "SELECT status, paid_at IS NOT NULL AS settled FROM invoices"
+                                     " WHERE schedule_id = %s", schedule)
+        (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE tenant_id = %s", tenant)
+    assert invoice == {"status": "paid", "settled": True}
+    assert email["body_text"].endswith("for 0.00 USD (period starting 2026-11-01) is settled: nothing is due.")

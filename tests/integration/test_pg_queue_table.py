@@ -70,3 +70,28 @@ def test_setup_keeps_storage_options_set_by_the_user(empty_database: str) -> Non
         conn.execute("ALTER TABLE onceonly_queue SET (autovacuum_vacuum_scale_factor = 0.05)")
     _setup(empty_database)
     assert _table(empty_database)[0] == ["autovacuum_vacuum_scale_factor=0.05"]
+
+
+def test_setup_converts_an_old_jsonb_payload_column_and_keeps_its_rows(empty_database: str) -> None:
+    """Tables of 0.2 and earlier hold payloads in jsonb, which changes numbers
+    (-0.0 comes back 0.0); setup() turns the column into json, once, with the
+    rows it holds, and from then on a payload comes back as put."""
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute(OLD_QUEUE_TABLE)
+        conn.execute("INSERT INTO onceonly_queue (queue, item_id, payload, claimable_at)"
+                     " VALUES ('q', 'old', '{\"n\": 1}', now())")
+    _setup(empty_database)
+    _setup(empty_database)  # a second setup() finds json and leaves it
+    with psycopg.connect(empty_database) as conn:
+        row = conn.execute("SELECT data_type FROM information_schema.columns WHERE table_name = 'onceonly_queue'"
+                           " AND column_name = 'payload'").fetchone()
+    assert row == ("json",)
+    store = onceonly.connect(empty_database)
+    try:
+        q = store.queue("q")
+        q.put("new", due_at=0.0, payload={"z": -0.0})
+        claims = {c.item_id: c.payload for c in q.claim(limit=5, lease=30)}
+        assert claims["old"] == {"n": 1}
+        assert repr(claims["new"]["z"]) == "-0.0"
+    finally:
+        store.close()

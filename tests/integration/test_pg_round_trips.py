@@ -1,5 +1,6 @@
-"""PostgreSQL: one statement per store operation, and nothing else on the wire
-while the link is quiet (no ping on each pool checkout)."""
+"""PostgreSQL: one statement per store operation (in one round trip with its
+statement bound), and nothing else on the wire while the link is quiet (no
+ping on each pool checkout)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,21 @@ from onceonly.stores.postgres import PUT_BATCH, SQL
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every statement any psycopg cursor of this process sends (the pool's
-    checkout check included: it is conn.execute, a cursor underneath)."""
+    checkout check included: it is conn.execute, a cursor underneath), except
+    the statement bound that shares its pipeline: a store statement is listed
+    as itself only when it went in one pipeline (one sync: one round trip)
+    right after its ``SET LOCAL statement_timeout``, else marked UNBOUNDED."""
     sent: list[str] = []
+    bounded_pipelines: dict[int, object] = {}
     execute = psycopg.Cursor.execute
 
     def counting(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(str(query))
+        conn, text = self.connection, str(query)
+        if text.startswith("SET LOCAL statement_timeout"):
+            bounded_pipelines[id(conn)] = conn._pipeline
+        else:
+            pipeline = bounded_pipelines.pop(id(conn), None)
+            sent.append(text if pipeline is not None and pipeline is conn._pipeline else f"UNBOUNDED: {text}")
         return execute(self, query, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "execute", counting)

@@ -13,6 +13,7 @@ import json
 import ssl
 import subprocess
 import threading
+import urllib.error
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,12 +24,12 @@ import pytest
 import requests
 
 import onceonly
-from onceonly_app.appdb.custom_resource import Responder
 from onceonly_app.billing.aws import bounded_client
 from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.ssrf import check_target
 from tests.support import REPO_ROOT
+from tests.support.built_schema_function import source_custom_resource
 
 DEPLOYED = [REPO_ROOT / "shared", REPO_ROOT / "functions"]
 
@@ -107,8 +108,9 @@ def test_boto3_clients_refuse_a_self_signed_endpoint(self_signed: SelfSignedServ
 
 def test_the_answer_to_cloudformation_refuses_a_self_signed_response_url(self_signed: SelfSignedServer) -> None:
     event = {"ResponseURL": f"{self_signed.url}/cfn", "StackId": "s", "RequestId": "r", "LogicalResourceId": "l"}
-    with pytest.raises(requests.exceptions.SSLError):
-        Responder(event).send("SUCCESS")
+    with pytest.raises(urllib.error.URLError) as raised:
+        source_custom_resource().Responder(event).send("SUCCESS")
+    assert isinstance(raised.value.reason, ssl.SSLCertVerificationError)
     assert self_signed.requests == []
 
 

@@ -60,7 +60,7 @@ def test_billing_invariants_read_due_days_pauses_and_emails(conn: psycopg.Connec
                                                body_text, status, sent_at)
                     VALUES ('k1', 'tokyo', 'inv_paid', 'invoice.overdue', 'c@example.com', 's', 'b', 'cancelled',
                             NULL)""")
-    assert all(i.ok for i in billing_invariants(conn, LAST_TICK, 0))
+    assert all(i.ok for i in billing_invariants(conn, LAST_TICK, 0, {}))
 
     # Due on the 15th in Tokyo (15:30 UTC on the 14th): moved although that day has not ended.
     invoice(conn, "inv_early", "tokyo", "overdue", datetime(2040, 3, 14, 15, 30, tzinfo=UTC))
@@ -70,11 +70,37 @@ def test_billing_invariants_read_due_days_pauses_and_emails(conn: psycopg.Connec
                                                body_text, status, sent_at)
                     VALUES ('k2', 'tokyo', 'inv_paid', 'invoice.overdue', 'c@example.com', 's', 'b', 'sent',
                             '2040-03-15T10:00:00Z')""")
-    judged = by_name(billing_invariants(conn, LAST_TICK, 0))
+    judged = by_name(billing_invariants(conn, LAST_TICK, 0, {}))
     assert "inv_early" in judged["no overdue before the due day ended"].detail
     assert "2040-03-03" in judged["paused periods not billed"].detail
     assert "sent 2040-03-15 10:00:00+00:00" in judged["no overdue e-mail for a paid invoice"].detail
     assert not any(i.ok for i in judged.values())
+
+
+def test_the_scenario_invariants_read_status_overdue_moves_emails_and_late_payments(
+        conn: psycopg.Connection[Any]) -> None:
+    for iid in ("inv_exact", "inv_on_time"):
+        invoice(conn, iid, "t1", "paid", LAST_TICK)
+    conn.execute("INSERT INTO invoices (id, tenant_id, customer_email, amount_cents, currency, due_at)"
+                 " VALUES ('inv_zero', 't1', 'c@example.com', 0, 'USD', %s)", (LAST_TICK,))  # settled when issued
+    scenarios = {"sub-cent": ["inv_exact"], "zero": ["inv_zero"], "outage": ["inv_on_time"]}
+    names = ["sub-cent parts pay exactly", "zero invoice never overdue", "no dunning of an on-time payment seen late"]
+    judged = by_name(billing_invariants(conn, LAST_TICK, 0, scenarios))
+    assert all(judged[n].ok for n in names)
+
+    conn.execute("UPDATE invoices SET status = 'open' WHERE id = 'inv_exact'")  # a cent short, by rounding
+    conn.execute(HISTORY, ("inv_zero", "open", "overdue", LAST_TICK))
+    conn.execute(PAYMENT, ("p_late", "tx_late", "1", "inv_on_time", "USD", ISSUER, "inv_on_time", ACCOUNT,
+                           "settled", None))
+    conn.execute("UPDATE payments SET late = true WHERE payment_id = 'p_late'")
+    conn.execute("""INSERT INTO notifications (notification_key, tenant_id, invoice_id, kind, recipient, subject,
+                                               body_text)
+                    VALUES ('k3', 't1', 'inv_on_time', 'invoice.overdue', 'c@example.com', 's', 'b')""")
+    judged = by_name(billing_invariants(conn, LAST_TICK, 0, scenarios))
+    assert "inv_exact open" in judged[names[0]].detail
+    assert "inv_zero paid, 1 overdue moves" in judged[names[1]].detail
+    assert "1 overdue e-mails, 1 late payments" in judged[names[2]].detail
+    assert not any(judged[n].ok for n in names)
 
 
 PAYMENT = """INSERT INTO payments (payment_id, transaction_hash, paging_token, invoice_id, amount_cents, asset_code,
@@ -115,7 +141,8 @@ def test_the_tenant_invariant_reads_deliveries_and_the_outbox(conn: psycopg.Conn
     conn.execute(delivery, ("d1", "a", "e1", "succeeded", "t1"))
     conn.execute(delivery, ("d2", "b", "e2", "dead", "t1"))  # misaddressed, refused
     load = SimpleNamespace(tenant_of={"a": "t1", "b": "t2"}, misaddressed={"d2"}, retry_after_of={}, trickled=set(),
-                           scheduled={}, held=set(), gone="", disabled_at=None, enabled_at=None, caps={}, fed_to={})
+                           scheduled={}, parked=set(), gone="", held=set(),
+                           disabled_at=None, enabled_at=None, caps={}, fed_to={})
     assert webhook_invariants(conn, [], load, 1.0, 1.0, 0)[0].ok
 
     conn.execute(delivery, ("d3", "b", "e3", "succeeded", "t1"))

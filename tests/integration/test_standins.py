@@ -40,6 +40,8 @@ def test_the_redis_standin_is_a_server_of_its_own_stopped_at_the_end(
     url = start_standin("redis", servers, "postgresql://unused")
     try:
         assert url != DEFAULT_REDIS_URL and url.startswith("redis://127.0.0.1:")
+        # The store refuses an evicting server: the stand-in must not be one.
+        assert redis.Redis.from_url(url).info("memory")["maxmemory_policy"] == "noeviction"
         store = onceonly.connect(url)
         assert store.acquire("tick:job:2026-12-01T02:00:00Z", ttl=30) is not None
         store.close()

@@ -75,12 +75,30 @@ def test_sam_build(tmp_path: Path) -> None:
     layer = tmp_path / "build" / "OnceOnlyLayer" / "python"
     assert (layer / "onceonly" / "__init__.py").exists()
     assert (layer / "onceonly" / "stores" / "postgres.sql").exists()
+    assert (layer / "onceonly" / "stores" / "dynamodb" / "queue.py").exists()
     assert (layer / "psycopg").is_dir() and (layer / "redis").is_dir()
     assert "BEGIN CERTIFICATE" in (layer / "onceonly_app" / "appdb" / "certs" / "rds-global-bundle.pem").read_text()
     # the local tooling never ships in the layer, nor do the tests' pause hooks
     assert not (layer / "onceonly_cli").exists() and not (layer / "rich").exists()
     ours = [*layer.joinpath("onceonly").rglob("*.py"), *layer.joinpath("onceonly_app").rglob("*.py")]
     assert ours and not [p for p in ours if "signal.SIGSTOP" in p.read_text(encoding="utf-8")]
+    # Reproducible: the layer holds exactly the lock's distributions, at its versions,
+    # boto3 with the botocore aws-xray-sdk brings (never the runtime's boto3 on the layer's botocore).
+    bundled = {_dist_name(p.name): p.name[:-len(".dist-info")].rpartition("-")[2] for p in layer.glob("*.dist-info")}
+    assert bundled == _locked(), bundled
+    assert bundled["boto3"] and bundled["botocore"]
+
+
+def _dist_name(name: str) -> str:
+    return name[:-len(".dist-info")].rpartition("-")[0].lower().replace("_", "-")
+
+
+def _locked() -> dict[str, str]:
+    """name -> version of every distribution in shared/requirements.txt, each with hashes."""
+    text = (REPO / "shared" / "requirements.txt").read_text().replace("\\\n", " ")
+    pins = [line.split() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert pins and all(len(pin) > 1 and pin[1].startswith("--hash=sha256:") for pin in pins), "not a hashed lock"
+    return {pin[0].split("==")[0].lower(): pin[0].split("==")[1] for pin in pins}
 
 
 def test_layer_is_python313_and_every_function_uses_it() -> None:

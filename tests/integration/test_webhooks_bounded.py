@@ -174,12 +174,13 @@ def test_the_dispatcher_does_not_start_records_it_cannot_finish_in_time(
     webhook_db: str, store_url: str, queue_name: str, receiver: WebhookReceiver
 ) -> None:
     """Each answer takes 0.8 s and an attempt may take up to 1 s, with 1 s of
-    margin: a 3.5 s invocation cannot do 5 records. The ones it does not start
-    are batch item failures with nothing written, and it ends before its deadline."""
+    margin: a 3.5 s invocation sending one at a time cannot do 5 records. The ones
+    it does not start are batch item failures with nothing written, and it ends
+    before its deadline. (Sending concurrently: test_webhooks_concurrent.py.)"""
     webhook_id = subscribe(webhook_db, receiver, Behaviour(latency=0.8))
     events = [new_id("evt") for _ in range(5)]
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_ATTEMPT_TIMEOUT="1",
-                      WEBHOOK_DEADLINE_MARGIN="1")
+                      WEBHOOK_DEADLINE_MARGIN="1", WEBHOOK_MAX_IN_FLIGHT="1")
     event = sqs_event([message(webhook_id, e) for e in events])
     invocation = context("dispatch", timeout=3.5)
     with lambda_env(env) as (dispatch, _):

@@ -101,6 +101,8 @@ def test_an_unknown_tenant_or_event_type_and_a_bad_id_are_refused_and_nothing_is
     unknown_tenant = new_id("no-such-tenant")
     with pytest.raises(InvalidSubscriptionError, match="unknown tenant"):
         subscriptions.add(conn, unknown_tenant, url, allow_http_hosts=LOCAL)
+    registered = subscriptions.add(conn, new_id("fresh-tenant"), url, new_tenant=True, allow_http_hosts=LOCAL)
+    assert _audit(conn, registered.id)[0]["detail"]["new_tenant"] is True  # registered, then subscribed
     with pytest.raises(InvalidSubscriptionError, match="unknown event type"):
         subscriptions.add(conn, tenant, url, ["invoice.paid", "invoice.refunded"], allow_http_hosts=LOCAL)
     with pytest.raises(InvalidSubscriptionError, match="at least one"):
@@ -252,8 +254,9 @@ def test_the_overdue_job_emits_invoice_overdue_only_to_subscriptions_that_want_i
     paid_only = subscriptions.add(conn, tenant, "http://127.0.0.1:9/", ["invoice.paid"], allow_http_hosts=LOCAL).id
     invoice = jobs_data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
     job = new_id("overdue")
+    jobs_data.ledger_read(conn, job)  # the payment watcher has read the whole ledger: nothing waits for it
     with ConnectionPool(webhook_db, min_size=0, max_size=1, open=True) as pool:
-        run_tick(pg_store, job, "2026-11-29T02:00:00Z", lambda t: overdue.run(pool, t, tenant=tenant))
+        run_tick(pg_store, job, "2026-11-29T02:00:00Z", lambda t: overdue.run(pool, t, watcher=job, tenant=tenant))
     rows = conn.execute("SELECT webhook_id, event_id, event_type, payload FROM webhook_outbox WHERE tenant_id = %s",
                         (tenant,)).fetchall()
     assert [(r[0], r[1], r[2]) for r in rows] == [

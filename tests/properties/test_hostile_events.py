@@ -33,7 +33,6 @@ from hypothesis import strategies as st
 
 import onceonly
 from onceonly.scheduled import InvalidEventError, tick_lock_name
-from onceonly_app.appdb.custom_resource import InvalidRequestError
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.dispatch_batch import MalformedBatchError
 from onceonly_app.webhooks.messages import MalformedMessageError
@@ -41,6 +40,7 @@ from onceonly_cli.fake_payments import FakePayments
 from onceonly_cli.lambda_runtime import LambdaContext, load_handler
 from onceonly_cli.receiver import WebhookReceiver
 from tests.support import REPO_ROOT
+from tests.support.built_schema_function import source_custom_resource
 from tests.support.cfn_response import ResponseUrl
 from tests.support.hostile_events import (
     BAD_PAYLOAD_MARKER,
@@ -56,6 +56,8 @@ from tests.support.hostile_events import (
 )
 from tests.support.jobs_helpers import payments_env
 from tests.support.webhooks import TENANT, deliveries, message, subscribe, webhook_env
+
+InvalidRequestError = source_custom_resource().InvalidRequestError
 
 pytest_plugins = ("tests.support.webhook_fixtures", "tests.support.jobs_fixtures")
 

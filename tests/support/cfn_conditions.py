@@ -22,6 +22,14 @@ class Conditions:
         self._declared = template.get("Conditions", {})
         self._values: dict[str, bool] = {}
 
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self._params
+
+    def value(self, node: Any) -> Any:
+        """A parameter's value for {"Ref": name}, a condition function's result."""
+        return self._eval(node)
+
     def __getitem__(self, name: str) -> bool:
         if name not in self._values:
             self._values[name] = bool(self._eval(self._declared[name]))

@@ -40,7 +40,9 @@ def raw_lease_record(store_url: str, name: str) -> dict[str, Any] | None:
             client.close()
     import psycopg
 
-    with psycopg.connect(store_url) as conn:
+    from onceonly.stores.pgpool import split_options
+
+    with psycopg.connect(split_options(store_url)[0]) as conn:  # without onceonly's own options
         row = conn.execute("SELECT token, completed, expires, extract(epoch FROM busy_until)::float8 "
                            "FROM onceonly_leases WHERE name = %s", (name,)).fetchone()
     return None if row is None else {"token": row[0], "completed": row[1], "expires": row[2], "busy_until": row[3]}

@@ -111,3 +111,10 @@ def notification_rows(conn: psycopg.Connection[Any], tenant: str) -> list[dict[s
                       "       (SELECT count(*) FROM notification_attempts a WHERE a.notification_id = n.id"
                       "           AND a.outcome = 'sent') AS sent_rows"
                       "  FROM notifications n WHERE n.tenant_id = %s ORDER BY n.notification_key", tenant)
+
+
+def ledger_read(conn: psycopg.Connection[Any], poller: str, until: datetime | str = "infinity") -> None:
+    """The payment watcher ``poller`` has read the ledger up to ``until`` (default:
+    all of it), so the overdue job is not held back by it."""
+    conn.execute("INSERT INTO payment_cursors (poller, cursor, fence_token, ledger_read_to) VALUES (%s, '', 0, %s)"
+                 " ON CONFLICT (poller) DO UPDATE SET ledger_read_to = EXCLUDED.ledger_read_to", (poller, until))

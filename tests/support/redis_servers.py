@@ -80,15 +80,16 @@ class RedisProcess:
 
 
 @contextmanager
-def private_redis() -> Iterator[RedisProcess]:
-    """A fresh redis-server on a free loopback port, nothing persisted."""
+def private_redis(*server_args: str) -> Iterator[RedisProcess]:
+    """A fresh redis-server on a free loopback port, nothing persisted, with
+    ``server_args`` added (e.g. ``"--maxmemory-policy", "volatile-lru"``)."""
     with tempfile.TemporaryDirectory(prefix="onceonly-test-redis-") as workdir:
         port = free_port()
         process = subprocess.Popen(
             [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
              "--appendonly", "no", "--dir", workdir,
              # a replica's first sync starts at once, not after 5 s of waiting for others
-             "--repl-diskless-sync-delay", "0"],
+             "--repl-diskless-sync-delay", "0", *server_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         server = RedisProcess(port, process)

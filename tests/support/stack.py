@@ -24,7 +24,8 @@ CODE_BUCKET = "onceonly-code"
 
 BASE_PARAMETERS = {
     "DatabaseUrlSecretArn": f"arn:aws:secretsmanager:{STACK_REGION}:{ACCOUNT}:secret:onceonly-db-AbCdEf",
-    "SesIdentityArn": f"arn:aws:ses:{STACK_REGION}:{ACCOUNT}:identity/example.com",
+    "SesIdentityArn": f"arn:aws:ses:{STACK_REGION}:{ACCOUNT}:identity/billing.onceonly.dev",
+    "SesFromAddress": "invoices@billing.onceonly.dev",
     "PaymentsApiUrl": "https://payments.example.com",
     "PaymentsAcceptedAssets": "USD=USDC:GA5ZSEJYB37JRC5AVCIA5MOP4RHTM335X2KGX3IHOJAPP5RE34K4KZVN",
 }

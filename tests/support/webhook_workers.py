@@ -12,14 +12,16 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onceonly_cli.lambda_runtime import LambdaContext, load_handler
+from onceonly_cli.lambda_runtime import LambdaContext, close_function_clients, load_handler
 
 from . import REPO_ROOT
 from .function_clients import open_function_clients
 from .webhooks import scheduled_event
 
 if TYPE_CHECKING:
-    from onceonly_cli.receiver import WebhookReceiver
+    from collections.abc import Callable
+
+    from onceonly_cli.receiver import ReceivedRequest, WebhookReceiver
 
 def _handler(function: str, env: dict[str, str]) -> Any:
     os.environ.update(env)
@@ -59,6 +61,7 @@ def dispatch_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[
         history.write(worker=worker_no, records=[r["messageId"] for r in event["Records"]],
                       failures=[f["itemIdentifier"] for f in response["batchItemFailures"]], kinds=kinds[seen:])
     history.close()
+    close_function_clients()
 
 
 def retry_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str, str]) -> None:
@@ -71,6 +74,7 @@ def retry_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str
     summary = handler(scheduled_event(), LambdaContext(function_name="webhook-retry", timeout_seconds=60))
     history.write(worker=worker_no, pid=os.getpid(), **summary)
     history.close()
+    close_function_clients()
 
 
 def lone_worker(function: str, event: dict[str, Any], history_path: Path, env: dict[str, str]) -> None:
@@ -82,6 +86,7 @@ def lone_worker(function: str, event: dict[str, Any], history_path: Path, env: d
     response = handler(event, LambdaContext(function_name=function, timeout_seconds=60))
     history.write(pid=os.getpid(), response=response)
     history.close()
+    close_function_clients()
 
 
 def kill_mid_request(function: str, event: dict[str, Any], history_path: Path, env: dict[str, str],
@@ -90,16 +95,25 @@ def kill_mid_request(function: str, event: dict[str, Any], history_path: Path, e
     """Run one invocation of ``function`` in its own process and SIGKILL it once
     the receiver has a new request for ``delivery_id`` (held until ``release``
     is set, so the POST is in flight), then release it. Returns the exit code."""
+    seen = len(receiver.history(delivery_id))
+    return kill_when(function, event, history_path, env, receiver,
+                     lambda reqs: sum(r.webhook_id == delivery_id for r in reqs) > seen, release, timeout)
+
+
+def kill_when(function: str, event: dict[str, Any], history_path: Path, env: dict[str, str],
+              receiver: WebhookReceiver, arrived: Callable[[list[ReceivedRequest]], bool],
+              release: threading.Event, timeout: float = 30.0) -> int | None:
+    """Run one invocation of ``function`` in its own process and SIGKILL it once
+    the receiver's requests satisfy ``arrived`` (the held ones are in flight),
+    then set ``release``. Returns the exit code."""
     from tests.concurrency.race import CTX
 
-    seen = len(receiver.history(delivery_id))
     proc = CTX.Process(target=lone_worker, args=(function, event, history_path, env))
     proc.start()
     try:
-        arrived = receiver.wait_for(lambda reqs: sum(r.webhook_id == delivery_id for r in reqs) > seen,
-                                    timeout=timeout)
-        assert arrived, f"{function} sent no request for {delivery_id} within {timeout:.0f}s"
-        os.kill(proc.pid, signal.SIGKILL)  # mid-attempt: the request is in flight
+        assert receiver.wait_for(arrived, timeout=timeout), f"{function}: the awaited requests did not arrive " \
+                                                            f"within {timeout:.0f}s"
+        os.kill(proc.pid, signal.SIGKILL)  # mid-attempt: the requests are in flight
         proc.join(timeout)
     finally:
         release.set()

@@ -8,7 +8,7 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.lambda_runtime import Handler, LambdaContext, load_handler
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
 
 from . import REPO_ROOT
 
@@ -157,3 +157,16 @@ def drive_retries(retry: Handler, done: Callable[[], bool], timeout: float = 30.
         summaries.append(retry(scheduled_event(), context("retry", 20)))
         time.sleep(0.1)
     return summaries
+
+
+def most_in_flight(requests: Iterable[ReceivedRequest]) -> int:
+    """The largest number of requests the receiver held at the same moment (one
+    not answered yet counts as held until now)."""
+    held = list(requests)
+    # An answer sorts before an arrival at the same instant (-1 < 1).
+    events = sorted([(r.received_at, 1) for r in held] + [(r.answered_at or time.time(), -1) for r in held])
+    most = current = 0
+    for _, step in events:
+        current += step
+        most = max(most, current)
+    return most

@@ -12,6 +12,7 @@ import pytest
 
 from onceonly.errors import ConfigError
 from onceonly.stores.pg_connection import is_auth_failure, prepare_threshold_for
+from onceonly.stores.pgpool import split_options
 from onceonly.stores.redis import RedisStore
 from onceonly_app.appdb import settings
 from onceonly_app.appdb.settings import url_from_secret, with_ca_bundle
@@ -77,12 +78,12 @@ def test_the_proxy_endpoint_replaces_the_host_and_turns_prepared_statements_off(
         monkeypatch: pytest.MonkeyPatch) -> None:
     proxy = "onceonly.proxy-abcdefghijkl.eu-west-1.rds.amazonaws.com"
     monkeypatch.setenv("DATABASE_URL", "postgresql://app:s%40cret@db.abc.eu-west-1.rds.amazonaws.com:5432/app")
-    assert prepare_threshold_for(settings.database_url()) == 5
+    assert prepare_threshold_for(split_options(settings.database_url())[1].transaction_pooled) == 5
     monkeypatch.setenv("DATABASE_PROXY_ENDPOINT", proxy)
     url = settings.database_url()
     assert url == f"postgresql://app:s%40cret@{proxy}/app"
-    assert prepare_threshold_for(url) is None
-    assert prepare_threshold_for("postgresql://u@db.proxy-x.example.com/app") == 5  # not an RDS Proxy
+    assert prepare_threshold_for(split_options(url)[1].transaction_pooled) is None
+    assert not split_options("postgresql://u@db.proxy-x.example.com/app")[1].transaction_pooled  # not an RDS Proxy
 
 
 def test_auth_failures_are_told_from_other_connection_errors() -> None:

@@ -72,3 +72,15 @@ def test_backlog_cost_must_stay_within_30_percent() -> None:
 
 def test_a_figure_is_the_median_with_min_and_max() -> None:
     assert Figure.of([3.0, 1.0, 10.0]) == Figure(median=3.0, low=1.0, high=10.0, runs=3)
+
+
+def _delivery(mode: str, per_second: float) -> dict[str, Any]:
+    return {"section": "delivery_cost", "latency_ms": 200, "mode": mode, "replicas": 1, "per_second": per_second,
+            "lambda_seconds_per_delivery": 1 / per_second}
+
+
+def test_concurrent_delivery_is_judged_at_3x_serial_on_the_200_ms_receiver() -> None:
+    goal = next(g for g in _verdicts([]) if g.startswith("Concurrent delivery"))
+    assert _verdicts([_delivery("serial", 4.0), _delivery("concurrent", 12.0)])[goal] is True
+    assert _verdicts([_delivery("serial", 4.0), _delivery("concurrent", 11.9)])[goal] is False
+    assert _verdicts([_delivery("concurrent", 12.0)])[goal] is None  # no serial run: not measured

@@ -9,7 +9,7 @@ import pytest
 import onceonly
 from onceonly_app.billing.assets import AcceptedAssets, Asset
 from onceonly_app.billing.config import PaymentWatcherSettings
-from onceonly_app.billing.money import format_money, to_minor
+from onceonly_app.billing.money import due_money, format_money, to_minor
 from onceonly_cli.fake_payments import random_account
 
 ISSUER = random_account()
@@ -27,11 +27,26 @@ def test_money_is_formatted_by_the_currencys_minor_unit(minor: int, currency: st
 
 
 @pytest.mark.parametrize(("amount", "currency", "minor"), [
-    ("12.3456789", "USD", 1234), ("1500.9", "JPY", 1500), ("1.2345", "KWD", 1234), ("0.0000001", "USD", 0),
-    ("0.1", "USD", 10),
+    ("12.3456789", "USD", "1234.56789"), ("1500.9", "JPY", "1500.9"), ("1.2345", "KWD", "1234.5"),
+    ("0.0000001", "USD", "0.00001"), ("0.1", "USD", "10"), ("0.0000001", "XLM", "1"),
 ])
-def test_amounts_convert_to_whole_minor_units_rounding_down(amount: str, currency: str, minor: int) -> None:
-    assert to_minor(Decimal(amount), currency) == minor
+def test_amounts_convert_to_minor_units_exactly(amount: str, currency: str, minor: str) -> None:
+    assert to_minor(Decimal(amount), currency) == Decimal(minor)
+
+
+def test_sub_cent_parts_add_up_exactly() -> None:
+    assert to_minor(Decimal("50.005"), "USD") + to_minor(Decimal("49.995"), "USD") == 100_00
+    assert sum(to_minor(Decimal("0.0000001"), "USD") for _ in range(100_000)) == 1
+
+
+@pytest.mark.parametrize(("minor", "received", "due"), [
+    (Decimal("4999.5"), "49.99 USD", "50.00 USD"),  # received rounds down, still due rounds up
+    (Decimal("0.00001"), "0.00 USD", "0.01 USD"),
+    (Decimal("1234"), "12.34 USD", "12.34 USD"),  # whole minor units are shown as they are
+])
+def test_a_fraction_of_a_cent_is_rounded_once_for_display(minor: Decimal, received: str, due: str) -> None:
+    assert format_money(minor, "USD") == received
+    assert due_money(minor, "USD") == due
 
 
 def test_accepted_assets_are_code_and_issuer_per_currency() -> None:
@@ -44,10 +59,15 @@ def test_accepted_assets_are_code_and_issuer_per_currency() -> None:
     assert accepted.currency_of(Asset.native()) == "XLM"
 
 
+def test_an_accepted_currency_is_used_upper_case() -> None:
+    assert AcceptedAssets.parse(f"usd=USDC:{ISSUER}").currency_of(Asset("USDC", ISSUER)) == "USD"
+
+
 @pytest.mark.parametrize(("text", "complaint"), [
     ("", "no accepted assets"),
     ("USDC", "CURRENCY=ASSET"),
-    ("usd=native", "CURRENCY=ASSET"),
+    ("US=native", "CURRENCY=ASSET"),
+    ("U$D=native", "CURRENCY=ASSET"),
     ("USD=USDC", "CODE:ISSUER"),  # no issuer: anyone could issue it
     ("USD=USDC:GNOTANACCOUNT", "CODE:ISSUER"),
     (f"USD=USDC:{ISSUER} EUR=USDC:{ISSUER}", "one currency"),

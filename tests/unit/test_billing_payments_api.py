@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from onceonly_app.billing.assets import Asset
-from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
+from onceonly_app.billing.payments_api import LEDGER_LAG, PaymentsApiError, PaymentsClient
 from onceonly_cli.fake_payments import FakePayments, random_account
 
 
@@ -126,3 +126,36 @@ def test_a_trickling_answer_is_abandoned_at_the_deadline(fake: FakePayments) -> 
     with pytest.raises(PaymentsApiError, match="deadline"):
         PaymentsClient(fake.url).page("", timeout=1.0)
     assert time.monotonic() - started < 3 * 1.0  # the deadline plus at most one read, generously
+
+
+def test_a_page_says_how_far_it_read_the_ledger(fake: FakePayments) -> None:
+    """A full page: up to its last record's ledger time (later records may be
+    on the next page). The end of the history: up to the request's time less
+    the ledger's ingestion lag."""
+    first, second = datetime(2026, 11, 20, 8, 0, tzinfo=UTC), datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    fake.add(memo=None, amount="1", created_at=first)
+    fake.add(memo=None, amount="1", created_at=second)
+    client = PaymentsClient(fake.url)
+    full = client.page("", limit=1)
+    before = datetime.now(UTC)
+    end = client.page(full.next_cursor, limit=5)
+    empty = client.page(end.next_cursor, limit=5)
+    after = datetime.now(UTC)
+    assert full.full and full.read_to == first
+    for page in (end, empty):  # the server's Date has whole seconds
+        assert page.read_to is not None
+        assert before - LEDGER_LAG - timedelta(seconds=1) <= page.read_to <= after - LEDGER_LAG
+
+
+def test_the_ledgers_clock_decides_how_far_the_end_of_the_history_is(fake: FakePayments) -> None:
+    """The server's Date, not our clock, when it is earlier: a ledger behind
+    our clock has not been read past its own time."""
+    ledger_now = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    fake.clock = ledger_now
+    fake.add(memo=None, amount="1", created_at=ledger_now - timedelta(hours=1))
+    fake.add(memo=None, amount="1", created_at=ledger_now + timedelta(hours=1))  # its ledger has not closed
+    page = PaymentsClient(fake.url).page("")
+    assert len(page.payments) == 1 and page.read_to == ledger_now - LEDGER_LAG
+    fake.down = True
+    with pytest.raises(PaymentsApiError, match="503"):
+        PaymentsClient(fake.url).page(page.next_cursor)

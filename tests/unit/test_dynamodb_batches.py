@@ -28,7 +28,10 @@ def client() -> Iterator[Any]:
 
 @pytest.fixture
 def queue(client: Any) -> Iterator[DynamoDBQueue]:
-    store = DynamoDBStore(client, "onceonly-batches", shards=1)
+    # moto runs in this process and is slow on a loaded machine: the call
+    # deadline (tests/integration/test_dynamodb_call_deadline.py) is not what
+    # these tests check.
+    store = DynamoDBStore(client, "onceonly-batches", shards=1, timeout=120)
     store.setup()
     yield store.queue("q")
     store.close()

@@ -240,6 +240,29 @@ def test_contention_is_none_not_an_error() -> None:
         assert store.acquire("job", ttl=5) is None
 
 
+# -- a cancelled transaction -----------------------------------------------------
+def _held_claim(item_id: str) -> onceonly.Claim:
+    return onceonly.Claim(queue="q", item_id=item_id, payload=None, token=1, attempt=1, owner="owner-1",
+                          lease_expires_at=time.time() + 60)
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["still-held", "stale"])
+def test_a_transaction_cancelled_without_reasons_counts_as_not_applied(held: bool) -> None:
+    """Real DynamoDB sends one cancellation reason per write; a compatible
+    server or proxy may send none. Then nothing was applied: the ack is sent on
+    its own, and its own answer is the result."""
+    store, stubber = _stubbed_store()
+    stubber.add_client_error("transact_write_items", service_error_code="TransactionCanceledException",
+                             service_message="Transaction cancelled, please refer cancellation reasons")
+    if held:
+        stubber.add_response("delete_item", {})
+    else:
+        stubber.add_client_error("delete_item", service_error_code="ConditionalCheckFailedException")
+    with stubber:
+        assert store.queue("q").ack_many([_held_claim("item-1")]) == [held]
+    stubber.assert_no_pending_responses()
+
+
 # -- configuration ------------------------------------------------------------
 @pytest.mark.parametrize(
     ("url", "named"),

@@ -6,24 +6,33 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import onceonly
-from onceonly.heartbeat import Heartbeat
+from onceonly.heartbeat import Heartbeat, LeaseClock
 
 
 class Renewals:
-    """A renew() that fails as scripted, then succeeds; records every call."""
+    """A renew() that fails as scripted, then succeeds (and reports the renewal
+    to the lease's clock, as Tick.renew does); records every call."""
 
-    def __init__(self, *failures: Exception) -> None:
+    def __init__(self, *failures: Exception, ttl: float = 1.0) -> None:
         self.failures = list(failures)
         self.calls = 0
         self.called = threading.Event()
+        self.ttl = ttl
+        self.clock = LeaseClock(time.monotonic(), ttl)
 
     def __call__(self) -> None:
+        sent = time.monotonic()
         self.calls += 1
         self.called.set()
         if self.failures:
             raise self.failures.pop(0)
+        self.clock.renewed(sent, self.ttl)
+
+    def heartbeat(self, interval: float, **options: Any) -> Heartbeat:
+        return Heartbeat(self, self.clock, self.ttl, interval, name="n", **options)
 
 
 def wait_until(condition: Callable[[], object], what: str) -> None:
@@ -35,7 +44,7 @@ def wait_until(condition: Callable[[], object], what: str) -> None:
 
 def test_renews_until_stopped_and_not_after() -> None:
     renew = Renewals()
-    with Heartbeat(renew, 0.01, name="n") as beat:
+    with renew.heartbeat(0.01) as beat:
         wait_until(lambda: beat.beats >= 3, "three renewals")
     calls = renew.calls
     renew.called.clear()
@@ -45,14 +54,14 @@ def test_renews_until_stopped_and_not_after() -> None:
 
 def test_a_store_hiccup_is_retried_at_the_next_beat() -> None:
     renew = Renewals(onceonly.StoreUnavailableError("timeout"), onceonly.StoreUnavailableError("timeout"))
-    with Heartbeat(renew, 0.01, name="n") as beat:
+    with renew.heartbeat(0.01) as beat:
         wait_until(lambda: beat.beats >= 1, "a renewal after two failures")
     assert renew.calls >= 3 and beat.lost is None
 
 
 def test_a_lost_lease_ends_the_heartbeat() -> None:
     renew = Renewals(onceonly.LeaseLostError("re-granted"))
-    beat = Heartbeat(renew, 0.01, name="n")
+    beat = renew.heartbeat(0.01)
     with beat:
         wait_until(lambda: beat.lost is not None, "the loss noticed")
         renew.called.clear()
@@ -67,9 +76,60 @@ def test_a_bug_in_renew_is_not_swallowed() -> None:
     previous = threading.excepthook
     threading.excepthook = lambda args: errors.append(args.exc_value)
     try:
-        with Heartbeat(renew, 0.01, name="n"):
+        with renew.heartbeat(0.01):
             wait_until(lambda: errors, "the error reported")
     finally:
         threading.excepthook = previous
     assert isinstance(errors[0], TypeError)
 
+
+
+def test_a_renewal_that_hangs_is_not_waited_for_past_the_lease_end() -> None:
+    """The old heartbeat sat in a hung renew() until the store's timeout; this
+    one gives the lease up at its end, with the renewal still hanging."""
+    release = threading.Event()
+    renew = Renewals(ttl=0.3)
+    clock = renew.clock
+
+    def hangs() -> None:
+        renew()
+        release.wait(30)
+
+    lost: list[tuple[float, bool]] = []
+    beat = Heartbeat(hangs, clock, 0.3, 0.1, name="n",
+                     on_lost=lambda error: lost.append((time.monotonic(), release.is_set())))
+    with beat:
+        try:
+            wait_until(lambda: lost, "the loss noticed")
+        finally:
+            release.set()  # before the exit, which waits for the renewal in flight
+    assert beat.lost is not None and "without a successful renewal" in str(beat.lost)
+    when, renewal_returned = lost[0]
+    assert not renewal_returned and when >= clock.ends_at  # not before the end either
+    assert renew.calls == 1  # one renewal in flight at a time
+
+
+def test_renewals_start_an_interval_after_the_previous_one_was_sent() -> None:
+    """A slow answer does not push the next renewal late: with renewals that
+    take 0.15 s, one starts every 0.2 s (the old heartbeat: every 0.35 s)."""
+    starts: list[float] = []
+    clock = LeaseClock(time.monotonic(), 0.6)
+
+    def slow() -> None:
+        sent = time.monotonic()
+        starts.append(sent)
+        time.sleep(0.15)
+        clock.renewed(sent, 0.6)
+
+    with Heartbeat(slow, clock, 0.6, 0.2, name="n") as beat:
+        wait_until(lambda: beat.beats >= 6, "six renewals")
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert beat.lost is None
+    assert sum(gaps) / len(gaps) < 0.3, gaps
+
+
+def test_the_lease_end_counts_from_before_the_request_less_the_drift_allowance() -> None:
+    clock = LeaseClock(100.0, 30.0)
+    assert clock.ends_at == 100.0 + 30.0 - (0.3 + 0.002)
+    clock.renewed(110.0, 30.0)
+    assert clock.ends_at == 110.0 + 30.0 - 0.302

@@ -3,11 +3,15 @@ by aws-sam-translator (SAM's policy templates and generated roles included) for
 each store kind, every condition decided. A wildcard action (``sqs:SendMessage*``)
 or a ``"*"`` resource fails the test unless the action has no resource-level
 permissions (the allowlist below, each with its reason); an AWS managed policy
-must be one this file knows, with the reason it is acceptable."""
+must be one this file knows, with the reason it is acceptable, and only where
+it is used. No role may grant more than the role SAM generated for its
+function before the functions got roles of their own (sam_generated_roles.json)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,22 +29,32 @@ STAR_RESOURCE_ALLOWED = {
     "cloudwatch:PutMetricData": "metrics have no ARN; scope with the cloudwatch:namespace condition at most",
     "ec2:CreateNetworkInterface": "Lambda's VPC ENIs; IAM requires * for the describe/create pair",
     "ec2:DescribeNetworkInterfaces": "Describe* calls have no resource-level permissions",
+    "ec2:DescribeSubnets": "Describe* calls have no resource-level permissions",
 }
 
-# AWS managed policies SAM attaches to the roles it generates. They are not in
-# the template, so each is judged here by its published content.
+# AWS managed policies the roles may name. Their content is not in the
+# template, so each is judged here by its published content.
 MANAGED_POLICIES = {
-    "service-role/AWSLambdaBasicExecutionRole":
-        "logs:CreateLogGroup/CreateLogStream/PutLogEvents on *: SAM attaches it to every role it generates; "
-        "each function writes only to its own LoggingConfig log group",
     "AWSXrayWriteOnlyAccess": "xray:Put*/GetSampling*: X-Ray has no resource-level permissions",
-    "service-role/AWSLambdaVPCAccessExecutionRole":
-        "ec2 network-interface calls for VPC functions: IAM requires * for them",
 }
+XRAY = "AWSXrayWriteOnlyAccess"
+# What SAM attached to every role before, and the template's own policy in its
+# place, in a VPC only. Its published actions (v3), all on "*":
+SAM_VPC_ACCESS = "service-role/AWSLambdaVPCAccessExecutionRole"
+SAM_VPC_ACCESS_ACTIONS = {
+    "logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets", "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
+VPC_ACCESS = {"Ref": "FunctionVpcAccessPolicy"}
+IN_A_VPC = {"SubnetIds": "subnet-0a,subnet-0b", "SecurityGroupIds": "sg-0c"}
+
+# The roles before (see its "_about"), for these parameters of each kind.
+SAM_GENERATED = json.loads((Path(__file__).parent / "sam_generated_roles.json").read_text())
+VARIANTS = {"plain": {}, "vpc": IN_A_VPC, "traced": {"Tracing": "Active"}}
 
 
-def deployed(kind: str) -> dict[str, Any]:
-    parameters = parameters_for(kind)
+def deployed(kind: str, **extra: str) -> dict[str, Any]:
+    parameters = parameters_for(kind, **extra)
     template = transformed(parameters)
     return Conditions(template, parameters).deployed(template)
 
@@ -75,13 +89,17 @@ def too_broad(statement: dict[str, Any]) -> list[str]:
     return problems
 
 
+def aws_managed(resource: dict[str, Any]) -> list[str]:
+    """The AWS managed policies one IAM resource attaches, by name. A {"Ref": ...}
+    is one of the template's own policies, checked above."""
+    arns = [arn["Fn::Sub"].replace("${AWS::Partition}", "aws") if isinstance(arn, dict) and "Fn::Sub" in arn
+            else arn for arn in resource["Properties"].get("ManagedPolicyArns", [])]
+    return [arn.split(":iam::aws:policy/", 1)[1] for arn in arns if isinstance(arn, str)]
+
+
 def managed_policy_names(template: dict[str, Any]) -> set[str]:
-    names = set()
-    for resource in template["Resources"].values():
-        for arn in resource["Properties"].get("ManagedPolicyArns", []) if resource["Type"] in IAM_TYPES else []:
-            if isinstance(arn, str):  # a {"Ref": ...} is one of the template's own policies, checked above
-                names.add(arn.split(":policy/", 1)[1])
-    return names
+    return {name for resource in template["Resources"].values() if resource["Type"] in IAM_TYPES
+            for name in aws_managed(resource)}
 
 
 @pytest.mark.parametrize("kind", STORE_KINDS)
@@ -94,9 +112,86 @@ def test_no_wildcard_action_or_resource_where_a_scoped_one_exists(kind: str) -> 
 
 @pytest.mark.parametrize("kind", STORE_KINDS)
 def test_every_aws_managed_policy_is_known_and_justified(kind: str) -> None:
-    names = managed_policy_names(deployed(kind))
-    assert "service-role/AWSLambdaBasicExecutionRole" in names  # the roles were read
-    assert names - MANAGED_POLICIES.keys() == set()
+    names = managed_policy_names(deployed(kind, Tracing="Active", **IN_A_VPC))
+    assert names == MANAGED_POLICIES.keys()  # the roles were read: each known policy is used somewhere
+    assert SAM_VPC_ACCESS not in names  # its logs:* on every log group is what the own policy leaves out
+
+
+def function_roles(template: dict[str, Any]) -> dict[str, str]:
+    """Each function's execution role: one of the template's own roles."""
+    roles = {}
+    for name, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::Lambda::Function":
+            role, attribute = resource["Properties"]["Role"]["Fn::GetAtt"]
+            assert attribute == "Arn" and template["Resources"][role]["Type"] == "AWS::IAM::Role", name
+            roles[name] = role
+    assert len(roles) == 7
+    return roles
+
+
+def roles_with(template: dict[str, Any], policy: str | dict[str, str]) -> list[str]:
+    """The roles attaching ``policy``: an AWS managed one by name, or {"Ref": ...}."""
+    return sorted(name for name, resource in template["Resources"].items() if resource["Type"] == "AWS::IAM::Role"
+                  and (policy in aws_managed(resource) if isinstance(policy, str)
+                       else policy in resource["Properties"]["ManagedPolicyArns"]))
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_xray_write_access_only_when_tracing_is_on(kind: str) -> None:
+    assert roles_with(deployed(kind), XRAY) == []
+    traced = deployed(kind, Tracing="Active")
+    assert roles_with(traced, XRAY) == sorted(function_roles(traced).values())
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_vpc_access_only_when_the_functions_are_in_a_vpc(kind: str) -> None:
+    """SAM would add AWSLambdaVPCAccessExecutionRole to a role it generates for
+    any VpcConfig, also the Globals' !If that removes it; the functions' own
+    roles get the network-interface calls under HasVpc (SubnetIds given) only."""
+    for outside in (deployed(kind), deployed(kind, Tracing="Active")):
+        assert "FunctionVpcAccessPolicy" not in outside["Resources"]
+        assert roles_with(outside, VPC_ACCESS) == roles_with(outside, SAM_VPC_ACCESS) == []
+    in_vpc = deployed(kind, **IN_A_VPC)
+    assert roles_with(in_vpc, VPC_ACCESS) == sorted(function_roles(in_vpc).values())
+    granted = {action for statement in in_vpc["Resources"]["FunctionVpcAccessPolicy"]["Properties"]
+               ["PolicyDocument"]["Statement"] for action in as_list(statement["Action"])}
+    assert granted == {a for a in SAM_VPC_ACCESS_ACTIONS if a.startswith("ec2:")}  # what Lambda needs, no logs
+
+
+def canonical(statement: dict[str, Any]) -> str:
+    return json.dumps(statement, sort_keys=True)
+
+
+def own_log_group_statement(template: dict[str, Any], function: str) -> dict[str, Any]:
+    """What replaces AWSLambdaBasicExecutionRole (logs calls on every log group):
+    writing to the function's own LoggingConfig log group, which the stack creates."""
+    log_group = template["Resources"][function]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    return {"Action": ["logs:CreateLogStream", "logs:PutLogEvents"], "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [log_group, "Arn"]}}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_no_role_grants_more_than_the_role_sam_generated(kind: str, variant: str) -> None:
+    template = deployed(kind, **VARIANTS[variant])
+    before = SAM_GENERATED[f"{kind}/{variant}"]
+    roles = function_roles(template)
+    assert sorted(roles.values()) == sorted(before)  # same logical ids: an update changes the roles in place
+    for function, name in roles.items():
+        role = template["Resources"][name]["Properties"]
+        had = before[name]
+        assert role["AssumeRolePolicyDocument"]["Statement"] == [  # Lambda alone may assume it
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}], name
+        assert set(aws_managed(template["Resources"][name])) <= {arn.split(":policy/", 1)[1] for arn in had["managed"]
+                                                                 if isinstance(arn, str)}, name
+        own = [arn for arn in role["ManagedPolicyArns"] if "Ref" in arn and arn != VPC_ACCESS]
+        assert own == [arn for arn in had["managed"] if isinstance(arn, dict)], name
+        if VPC_ACCESS in role["ManagedPolicyArns"]:  # in place of SAM's, which every role had
+            assert f"arn:aws:iam::aws:policy/{SAM_VPC_ACCESS}" in had["managed"], name
+        granted = {canonical(s) for policy in role["Policies"] for s in policy["PolicyDocument"]["Statement"]}
+        logs = canonical(own_log_group_statement(template, function))
+        assert logs in granted, name
+        assert granted - {logs} <= {canonical(s) for s in had["statements"]}, name
 
 
 def test_the_checks_catch_what_they_are_for() -> None:
@@ -107,3 +202,20 @@ def test_the_checks_catch_what_they_are_for() -> None:
     assert too_broad({"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"})
     assert not too_broad({"Effect": "Allow", "Action": "xray:PutTraceSegments", "Resource": "*"})
     assert not too_broad({"Effect": "Deny", "Action": "*", "Resource": "*"})
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_each_on_failure_destination_is_writable_by_its_function(kind: str) -> None:
+    """SAM grants this itself only to the roles it generates; the functions'
+    own roles must grant it, or a failed tick is lost without a trace."""
+    template = deployed(kind)
+    roles = function_roles(template)
+    destinations = {config["Properties"]["FunctionName"]["Ref"]: config["Properties"]["DestinationConfig"]["OnFailure"]
+                    for config in template["Resources"].values() if config["Type"] == "AWS::Lambda::EventInvokeConfig"
+                    and "OnFailure" in config["Properties"]["DestinationConfig"]}
+    assert len(destinations) == 4  # the four ticks
+    for function, destination in destinations.items():
+        send = {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": destination["Destination"]}
+        granted = [s for policy in template["Resources"][roles[function]]["Properties"]["Policies"]
+                   for s in policy["PolicyDocument"]["Statement"]]
+        assert send in granted, function

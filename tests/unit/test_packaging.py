@@ -32,6 +32,7 @@ def test_the_library_wheel_holds_onceonly_and_nothing_else(library_wheel: Path) 
     assert "onceonly/py.typed" in names
     assert "onceonly/stores/postgres.sql" in names
     assert "onceonly/stores/redis_claim.lua" in names
+    assert "onceonly/stores/dynamodb/queue.py" in names  # a subpackage, listed in pyproject.toml
 
 
 def test_the_library_wheel_has_no_required_driver_and_one_extra_per_store(library_wheel: Path) -> None:

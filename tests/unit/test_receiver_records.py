@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from onceonly_app.webhooks.deadline import Deadline
+from onceonly_app.budget import Budget
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret, signed_headers
 from onceonly_app.webhooks.ssrf import check_target
@@ -19,7 +19,7 @@ def _post(url: str, secret: str, msg_id: str, deadline: float) -> object:
     body = '{"n":1}'
     sender = WebhookSender(1, 5, attempt_timeout=deadline)
     return sender.post(check_target(url, LOCAL), body, signed_headers(secret, msg_id, body, time.time()),
-                       Deadline(deadline))
+                       Budget.after(deadline))
 
 
 def test_a_trickled_answer_the_sender_hung_up_on_is_recorded_cut_and_not_accepted() -> None:

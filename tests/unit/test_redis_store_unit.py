@@ -47,7 +47,8 @@ def client(server: fakeredis.FakeServer) -> Iterator[CountingClient]:
 
 @pytest.fixture
 def store(client: CountingClient) -> RedisStore:
-    return RedisStore(client, prefix="unit")
+    # fakeredis has no INFO (so no maxmemory-policy to check) and never evicts.
+    return RedisStore(client, prefix="unit", allow_eviction=True)
 
 
 def test_every_script_file_documents_its_interface() -> None:
@@ -101,16 +102,17 @@ def test_from_url_strips_prefix_and_sets_timeouts(monkeypatch: pytest.MonkeyPatc
         return fakeredis.FakeRedis()
 
     monkeypatch.setattr(redis.Redis, "from_url", staticmethod(fake_from_url))
-    store = onceonly.connect("redis://127.0.0.1:6379/2?prefix=app&socket_keepalive=true")
+    store = onceonly.connect("redis://127.0.0.1:6379/2?prefix=app&socket_keepalive=true&allow_eviction=1")
     assert isinstance(store, RedisStore) and store.kind == "redis"
-    assert store._prefix == "app"
+    assert store._prefix == "app" and store._allow_eviction
     assert seen["url"] == "redis://127.0.0.1:6379/2?socket_keepalive=true"
     assert 0 < seen["socket_connect_timeout"] <= 10 and 0 < seen["socket_timeout"] <= 10
     assert onceonly.connect("rediss://127.0.0.1:6380/0")._prefix == "onceonly"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:notaport/0", "redis://127.0.0.1:6379/0?prefix=",
-                                 "redis://127.0.0.1:6379/0?socket_timeout=soon"])
+                                 "redis://127.0.0.1:6379/0?socket_timeout=soon",
+                                 "redis://127.0.0.1:6379/0?allow_eviction=maybe"])
 def test_malformed_url_is_a_config_error(url: str) -> None:
     with pytest.raises(onceonly.ConfigError):
         onceonly.connect(url)
@@ -143,7 +145,7 @@ def test_server_error_is_store_unavailable(store: RedisStore, client: CountingCl
 
 
 def test_replies_decoded_by_the_client_work_too(server: fakeredis.FakeServer) -> None:
-    store = RedisStore(fakeredis.FakeRedis(server=server, decode_responses=True))
+    store = RedisStore(fakeredis.FakeRedis(server=server, decode_responses=True), allow_eviction=True)
     lease = store.acquire("job", ttl=5)
     assert lease is not None
     state = store.inspect("job")

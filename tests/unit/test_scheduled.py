@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import pytest
 
 import onceonly
 from onceonly.scheduled import scheduled_time_of, tick_lock_name
+from onceonly.stores._common import MAX_NAME_BYTES
 
 EVENT = json.loads((Path(__file__).resolve().parents[2] / "events" / "overdue_invoices.json").read_text())
 
@@ -225,6 +227,29 @@ def test_heartbeat_that_finds_the_tick_taken_over_stops_and_the_run_is_supersede
     assert state is not None and state.token == 2 and state.owner == newer[0].owner and not state.completed
 
 
+def test_a_lost_tick_wakes_wait_lost_and_runs_every_on_lost_callback_once(
+        store: onceonly.Store, unique: str) -> None:
+    calls: list[str] = []
+
+    def failing() -> None:
+        calls.append("failing")
+        raise RuntimeError("a callback's bug")
+
+    def body(event: Any, context: Any, tick: onceonly.Tick) -> str:
+        tick.on_lost(failing)
+        tick.on_lost(lambda: calls.append("second"))  # runs although the first raised
+        assert not tick.wait_lost(0.05) and calls == []
+        take_over(tick)
+        assert tick.wait_lost(30), "wait_lost did not wake when the heartbeat found the takeover"
+        wait_for(lambda: heartbeat_threads() == [], "the heartbeat stopped")
+        tick.on_lost(lambda: calls.append("late"))  # registered after the loss: called at once
+        return "stale work"
+
+    handler = onceonly.scheduled(store, job=unique, ttl=0.6, heartbeat=0.05)(body)
+    assert handler(event_at("2026-11-29T02:00:00Z"), None)["status"] == "superseded"
+    assert calls == ["failing", "second", "late"]
+
+
 def test_an_unreachable_store_counts_a_failed_tick() -> None:
     metrics = CountingMetrics()
 
@@ -285,6 +310,29 @@ def test_non_object_event_is_a_clear_error() -> None:
 def test_bad_options_fail_at_decoration(options: dict[str, Any]) -> None:
     with pytest.raises(onceonly.ConfigError):
         onceonly.scheduled(lambda: None, **options)  # type: ignore[arg-type]
+
+
+# The tick's lock name is "tick:" + job + ":2026-11-29T02:00:00Z" (26 bytes more),
+# and a lock name holds at most MAX_NAME_BYTES.
+LONGEST_JOB = MAX_NAME_BYTES - len(tick_lock_name("", scheduled_time_of(event_at("2026-11-29T02:00:00Z"))))
+
+
+@pytest.mark.parametrize(("job", "message"), [
+    ("j" * 480, "job is 480 bytes in UTF-8; at most 474"),
+    ("j" * (LONGEST_JOB + 1), f"job is {LONGEST_JOB + 1} bytes"),
+    ("é" * (LONGEST_JOB // 2 + 1), "job is 476 bytes"),
+    ("daily\x00report", "job must not contain NUL"),
+    ("lone-\ud800", "job is not valid Unicode"),
+], ids=["480-chars", "one-byte-over", "utf-8-bytes", "nul", "surrogate"])
+def test_a_job_name_no_tick_could_use_fails_at_decoration(job: str, message: str) -> None:
+    with pytest.raises(onceonly.ConfigError, match=message):
+        onceonly.scheduled(lambda: pytest.fail("no store is touched"), job=job)
+
+
+def test_the_longest_job_name_accepted_runs_its_ticks(store: onceonly.Store) -> None:
+    job = f"{secrets.token_hex(4)}-".ljust(LONGEST_JOB, "j")
+    handler = onceonly.scheduled(store, job=job)(Recorder())
+    assert handler(event_at("2026-11-29T02:00:00Z"), None)["status"] == "ran"
 
 
 def test_lock_name_is_job_and_utc_time_not_event_id() -> None:

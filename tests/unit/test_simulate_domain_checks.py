@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from onceonly_cli.receiver import ReceivedRequest
-from onceonly_cli.simulate.billing_checks import judge_due_days, judge_overdue_emails, judge_pauses
+from onceonly_cli.simulate.billing_checks import (
+    judge_due_days,
+    judge_exactly_paid,
+    judge_overdue_emails,
+    judge_paid_during_outage,
+    judge_pauses,
+    judge_zero_invoices,
+)
 from onceonly_cli.simulate.payment_checks import (
     PaymentFacts,
     SeededPayment,
@@ -100,6 +107,43 @@ def test_an_overdue_email_sent_after_the_payment_breaks_the_invariant() -> None:
 
 
 # -- payments -------------------------------------------------------------------------
+def scenario(iid: str = "inv_1", status: str = "paid", overdue_rows: int = 0, dunning: int = 0,
+             late_payments: int = 0) -> dict[str, Any]:
+    return {"id": iid, "status": status, "overdue_rows": overdue_rows, "dunning": dunning,
+            "late_payments": late_payments}
+
+
+SCENARIO_JUDGES = [judge_exactly_paid, judge_zero_invoices, judge_paid_during_outage]
+
+
+@pytest.mark.parametrize("judge", SCENARIO_JUDGES)
+def test_a_scenario_invoice_paid_and_never_dunned_is_fine(judge: Any) -> None:
+    assert judge([scenario("inv_1"), scenario("inv_2")]).ok
+
+
+@pytest.mark.parametrize("judge", SCENARIO_JUDGES)
+@pytest.mark.parametrize("bad", [
+    scenario(status="open"),  # e.g. 5.005 + 2.5025 + 2.5025 credited as 10.00 of 10.01
+    scenario(status="overdue", overdue_rows=1, dunning=1),
+    scenario(overdue_rows=1),  # paid in the end, but moved to overdue first
+    scenario(dunning=1),  # an overdue e-mail was queued for it
+])
+def test_a_scenario_invoice_left_unpaid_or_dunned_breaks_the_invariant(judge: Any, bad: dict[str, Any]) -> None:
+    invariant = judge([scenario("inv_ok"), {**bad, "id": "inv_bad"}])
+    assert not invariant.ok and "inv_bad" in invariant.detail and "inv_ok" not in invariant.detail
+
+
+def test_an_on_time_payment_recorded_late_breaks_the_outage_invariant() -> None:
+    assert judge_exactly_paid([scenario(late_payments=1)]).ok  # lateness is the outage scenario's point only
+    invariant = judge_paid_during_outage([scenario("inv_late", late_payments=1)])
+    assert not invariant.ok and "1 late payments" in invariant.detail
+
+
+@pytest.mark.parametrize("judge", SCENARIO_JUDGES)
+def test_a_scenario_not_seeded_is_not_exercised(judge: Any) -> None:
+    assert not judge([]).ok
+
+
 def payment(pid: str, memo: str, *, tenant: str | None = "t1", reason: str | None = None, tx: str = "",
             operations: int = 1, pays: str | None = None) -> SeededPayment:
     return SeededPayment(pid, tx or f"tx_{pid}", memo, 100, tenant, reason, operations, pays)

@@ -69,11 +69,31 @@ def test_the_scaling_rate_counts_the_ordinary_deliveries_over_their_own_span() -
     facts = DeliveryFacts(
         events_in=3, messages_sent=3, duplicate_messages=0, expected_ids={"a", "b", "hostile"},
         statuses={"a": "succeeded", "b": "succeeded", "hostile": "succeeded"},
-        accepted=Counter({"a": 1, "b": 1, "hostile": 1}), requests=3, unverified=0,
+        accepted=Counter({"a": 1, "b": 1, "hostile": 1}), requests=3, cut_attempts=0, unverified=0,
         first_sent={"a": 100.0, "b": 100.5, "hostile": 100.0},
-        first_accepted={"a": 101.0, "b": 102.0, "hostile": 111.0}, fenced_refused=0, sqs_dead_letters=0,
+        first_accepted={"a": 101.0, "b": 102.0, "hostile": 111.0}, fenced_refused=0, sqs_redriven=0, sqs_parked=0,
         ordinary_ids={"a", "b"})
     report = build_report(config={}, started=100.0, finished=111.0, replicas=1, deliveries=facts, ticks=[],
                           effects=[], invocations=[], kills=0, restarts=0, drained=True, drain_detail="")
     assert report["ordinary_deliveries"] == {"deliveries": 2, "seconds": 2.0, "per_second": 1.0}
     assert report["throughput_per_second"] == round(3 / 11, 2)
+
+
+@pytest.mark.parametrize(("repeats", "ok"), [(3, True), (4, False)])
+def test_one_kill_may_repeat_each_post_it_had_in_flight_and_no_more(repeats: int, ok: bool) -> None:
+    # A replica killed with 3 POSTs in flight (concurrent delivery) may leave
+    # each of them to be sent again: 3 repeats are explained, a 4th is not.
+    ids = {f"d{i}" for i in range(4)}
+    accepted = Counter(dict.fromkeys(ids, 1))
+    for i in range(repeats):
+        accepted[f"d{i % 4}"] += 1
+    facts = DeliveryFacts(
+        events_in=4, messages_sent=4, duplicate_messages=0, expected_ids=ids,
+        statuses=dict.fromkeys(ids, "succeeded"), accepted=accepted, requests=4 + repeats, cut_attempts=0,
+        unverified=0, first_sent={}, first_accepted={}, fenced_refused=0, sqs_redriven=0, sqs_parked=0,
+        ordinary_ids=ids)
+    report = build_report(config={}, started=0.0, finished=1.0, replicas=1, deliveries=facts, ticks=[],
+                          effects=[], invocations=[], kills=1, restarts=0, drained=True, drain_detail="",
+                          posts_per_kill=3)
+    (verdict,) = [i for i in report["invariants"] if i["name"] == "duplicate POSTs only after crashes"]
+    assert verdict["ok"] is ok

@@ -11,8 +11,9 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 import onceonly
+from onceonly.errors import ConfigError
 from onceonly.stores.dynamodb import DynamoDBStore
-from onceonly.stores.pgpool import bounded_conninfo, split_timeout
+from onceonly.stores.pgpool import PgOptions, bounded_conninfo, split_options
 from onceonly.stores.redis import RedisStore
 from onceonly.stores.timeouts import DEFAULT_TIMEOUT, dynamodb_budget
 
@@ -55,28 +56,48 @@ def test_dynamodb_url_timeout_sizes_the_client() -> None:
     store.close()
 
 
-def test_postgres_conninfo_gets_every_bound() -> None:
-    conninfo, timeout = split_timeout("postgresql://postgres@127.0.0.1:5432/db?timeout=6&sslmode=disable")
-    assert timeout == 6 and "timeout" not in conninfo_to_dict(conninfo)
-    params = conninfo_to_dict(bounded_conninfo(conninfo, timeout))
+def test_postgres_conninfo_gets_every_bound_but_no_startup_options() -> None:
+    conninfo, options = split_options("postgresql://postgres@127.0.0.1:5432/db?timeout=6&sslmode=disable")
+    assert options == PgOptions(timeout=6, transaction_pooled=False) and "timeout" not in conninfo_to_dict(conninfo)
+    params = conninfo_to_dict(bounded_conninfo(conninfo, options.timeout))
     assert params["sslmode"] == "disable"
     assert params["connect_timeout"] == "3" and params["tcp_user_timeout"] == "3000"
     assert params["keepalives"] == "1" and int(params["keepalives_idle"]) <= 3
-    assert params["options"] == "-c statement_timeout=3000"
+    # PgBouncer and RDS Proxy refuse the connection when it sends startup options
+    assert "options" not in params
 
 
 def test_postgres_options_given_in_the_url_win() -> None:
-    conninfo, timeout = split_timeout(
+    conninfo, options = split_options(
         "postgresql://u@h/db?connect_timeout=7&options=-c%20statement_timeout%3D0%20-c%20search_path%3Dx"
     )
-    params = conninfo_to_dict(bounded_conninfo(conninfo, timeout))
+    params = conninfo_to_dict(bounded_conninfo(conninfo, options.timeout))
     assert params["connect_timeout"] == "7"
     assert params["options"] == "-c statement_timeout=0 -c search_path=x"
-    assert timeout == DEFAULT_TIMEOUT
+    assert options.timeout == DEFAULT_TIMEOUT
 
 
 def test_postgres_key_value_conninfo_keeps_the_default_bound() -> None:
-    assert split_timeout("host=127.0.0.1 dbname=db") == ("host=127.0.0.1 dbname=db", DEFAULT_TIMEOUT)
+    assert split_options("host=127.0.0.1 dbname=db") == ("host=127.0.0.1 dbname=db", PgOptions())
+
+
+@pytest.mark.parametrize(("url", "pooled"), [
+    ("postgresql://u@h/db?pool_mode=transaction", True),
+    ("postgresql://u@h/db?pool_mode=session", False),
+    ("postgresql://u@h/db", False),
+    ("postgresql://u@app.proxy-abcdefghijkl.eu-west-1.rds.amazonaws.com/db", True),  # RDS Proxy implies it
+    ("host=app.proxy-abcdefghijkl.eu-west-1.rds.amazonaws.com dbname=db", True),
+])
+def test_postgres_pool_mode_declares_a_transaction_pooler(url: str, pooled: bool) -> None:
+    conninfo, options = split_options(url)
+    assert options.transaction_pooled is pooled
+    assert "pool_mode" not in conninfo_to_dict(conninfo)  # libpq would refuse it
+
+
+def test_postgres_pool_mode_statement_or_a_typo_is_refused() -> None:
+    for mode in ("statement", "transactions"):
+        with pytest.raises(ConfigError, match="pool_mode must be one of session, transaction"):
+            split_options(f"postgresql://u@h/db?pool_mode={mode}")
 
 
 def test_redis_url_timeout_sizes_the_client() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from onceonly_app.webhooks.deadline import Deadline
+from onceonly_app.budget import Budget
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret, signed_headers
 from onceonly_app.webhooks.ssrf import UnresolvableHostError, UnsafeTargetError, check_target
@@ -294,7 +294,7 @@ def test_a_hanging_dns_lookup_ends_at_the_deadline(monkeypatch: pytest.MonkeyPat
     bound = 0.5
     started = time.monotonic()
     with pytest.raises(UnresolvableHostError, match="deadline"):
-        check_target("https://slow-dns.example.com/", resolver=hanging, deadline=Deadline(bound))
+        check_target("https://slow-dns.example.com/", resolver=hanging, deadline=Budget.after(bound))
     assert time.monotonic() - started < 2 * bound
     released.set()
 
@@ -302,5 +302,5 @@ def test_a_hanging_dns_lookup_ends_at_the_deadline(monkeypatch: pytest.MonkeyPat
 def test_a_dns_failure_within_the_deadline_is_reported_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     dns = _dns(monkeypatch, {})
     with pytest.raises(UnresolvableHostError, match="Name or service not known"):
-        check_target("https://nowhere.example.com/", deadline=Deadline(5))
+        check_target("https://nowhere.example.com/", deadline=Budget.after(5))
     assert dns.lookups == ["nowhere.example.com"]

@@ -1,8 +1,10 @@
 """The billing scenarios the report judges beyond exactly-once, from the
 database after the run: no invoice went overdue before its due day ended in its
-tenant's time zone, no paused period was billed, and no overdue e-mail went out
-for an invoice already paid. read_* read, judge_* decide (the tests feed them
-a bad state)."""
+tenant's time zone, no paused period was billed, no overdue e-mail went out
+for an invoice already paid, and issue 18's scenarios: an invoice paid exactly
+by sub-cent parts is paid and not dunned, a zero invoice is never overdue, and
+an invoice paid on time while the payments API was down across the overdue run
+is not overdue. read_* read, judge_* decide (the tests feed them a bad state)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,13 @@ SELECT i.id, i.due_at, coalesce(t.time_zone, 'UTC') AS time_zone, i.status
  WHERE EXISTS (SELECT 1 FROM invoice_status_history h WHERE h.invoice_id = i.id AND h.to_status = 'overdue')"""
 PAUSE_WINDOWS = "SELECT schedule_id, paused_on, resumed_on FROM billing_schedule_pauses"
 GENERATED = "SELECT id, schedule_id, period_key FROM invoices WHERE schedule_id IS NOT NULL"
+SCENARIO_INVOICES = """
+SELECT i.id, i.status,
+       (SELECT count(*) FROM invoice_status_history h WHERE h.invoice_id = i.id AND h.to_status = 'overdue')
+         AS overdue_rows,
+       (SELECT count(*) FROM notifications n WHERE n.invoice_id = i.id AND n.kind = 'invoice.overdue') AS dunning,
+       (SELECT count(*) FROM payments p WHERE p.invoice_id = i.id AND p.late) AS late_payments
+  FROM invoices i WHERE i.id = ANY(%s)"""
 OVERDUE_EMAILS = """
 SELECT n.id, n.invoice_id, n.status, n.sent_at, h.changed_at AS paid_at
   FROM notifications n
@@ -71,14 +80,45 @@ def judge_overdue_emails(emails: list[dict[str, Any]]) -> Invariant:
                      f"{len(emails) - cancelled} sent before the payment")
 
 
+def _not_dunned(name: str, invoices: list[dict[str, Any]], what: str, *, on_time: bool = False) -> Invariant:
+    """Each of ``invoices`` (SCENARIO_INVOICES rows) ended `paid`, never moved to
+    overdue, got no overdue e-mail, and (``on_time``) no payment of it is late."""
+    bad = [f"{i['id']} {i['status']}, {i['overdue_rows']} overdue moves, {i['dunning']} overdue e-mails"
+           + (f", {i['late_payments']} late payments" if on_time else "") for i in invoices
+           if i["status"] != "paid" or i["overdue_rows"] or i["dunning"] or (on_time and i["late_payments"])]
+    return Invariant(name, bool(invoices) and not bad, "; ".join(bad[:5]) or (
+        f"{len(invoices)} {what}: each paid, never overdue, never dunned" if invoices else "none seeded"))
+
+
+def judge_exactly_paid(invoices: list[dict[str, Any]]) -> Invariant:
+    return _not_dunned("sub-cent parts pay exactly", invoices, "invoices paid by sub-cent parts that add up")
+
+
+def judge_zero_invoices(invoices: list[dict[str, Any]]) -> Invariant:
+    return _not_dunned("zero invoice never overdue", invoices, "zero invoices")
+
+
+def judge_paid_during_outage(invoices: list[dict[str, Any]]) -> Invariant:
+    return _not_dunned("no dunning of an on-time payment seen late", invoices,
+                       "invoices paid on their due day while the payments API was down across the overdue run",
+                       on_time=True)
+
+
 def billing_invariants(conn: psycopg.Connection[Any], last_overdue_tick: datetime | None,
-                       left_open: int) -> list[Invariant]:
+                       left_open: int, scenarios: dict[str, list[str]]) -> list[Invariant]:
+    """``scenarios``: the seeded scenario invoices' ids by kind ("zero",
+    "sub-cent", "outage"); a kind left out is not judged (its job is absent)."""
     with conn.cursor(row_factory=dict_row) as cur:
         moved = cur.execute(MOVED_OVERDUE).fetchall()
         windows = cur.execute(PAUSE_WINDOWS).fetchall()
         generated = cur.execute(GENERATED).fetchall()
         emails = cur.execute(OVERDUE_EMAILS).fetchall()
+        rows = {r["id"]: r for r in cur.execute(SCENARIO_INVOICES, (sorted(sum(scenarios.values(), [])),))}
     judged = [judge_pauses(generated, windows), judge_overdue_emails(emails)]
     if last_overdue_tick is not None:
         judged.insert(0, judge_due_days(moved, last_overdue_tick, left_open))
+    for kind, judge in (("sub-cent", judge_exactly_paid), ("zero", judge_zero_invoices),
+                        ("outage", judge_paid_during_outage)):
+        if kind in scenarios:
+            judged.append(judge([rows[i] for i in scenarios[kind] if i in rows]))
     return judged

@@ -7,16 +7,26 @@ run's own database and store (run_scope.py) keep runs apart, so the jobs run
 unscoped, over every tenant, as deployed.
 
 Seeded per tenant (tenants.py), to be judged by billing_checks.py:
-- invoices whose due day (in the tenant's time zone) ended before the last
-  overdue tick, invoices not due for a month, and one due on the last tick's
-  local day, early in that day: a due day judged in UTC would move it;
+- invoices whose due day (in the tenant's time zone) ended at least a day
+  before the last overdue tick, invoices not due for a month, and one due on
+  the last tick's local day, early in that day: a due day judged in UTC would
+  move it when the tick falls at 00:00-09:59 UTC (Honolulu) or 00:00-14:59
+  UTC (Tokyo); at other hours no instant of that local day could (its local
+  day began after the tick's UTC day), and the run checks only that it stays
+  open;
+- the scenarios of issue 18, each judged on its own: a zero invoice (settled
+  when issued, never overdue); an invoice paid exactly by sub-cent parts
+  before its due day ended ("sub-cent"); and one paid on the day before the
+  last tick's local day while the payments API is down across the overdue
+  run ("outage": the watcher sees the payment only after that run);
 - daily schedules with missed periods, one of them with a pause window over
   part of its catch-up: those periods must never be billed."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -32,6 +42,8 @@ NOT_YET_DUE_INVOICES = 5  # per tenant
 SCHEDULES = 2  # per tenant; the second has a pause window
 PAUSE = (1, 3)  # the paused schedule's window [anchor + 1, anchor + 3): two periods never billed
 PAUSED_MISSED = 6  # periods of the paused schedule already due at the first tick
+# kind: (cents, its due day: days before the last overdue tick's local day)
+SCENARIOS = {"zero": (0, 3), "sub-cent": (10_01, 3), "outage": (15_00, 1)}
 TICKS_PER_JOB = 2  # the last two times each job's schedule fired
 OVERDUE_JOB, RECURRING_JOB, NOTIFICATIONS_JOB = "overdue-invoices", "recurring-billing", "notifications"
 SES_FROM = "billing@onceonly.invalid"
@@ -70,7 +82,8 @@ class SeededInvoice:
     id: str
     tenant: Tenant
     amount_cents: int
-    kind: str  # "overdue" (its due day ended before the last overdue tick), "due today" or "not due"
+    kind: str  # "overdue" (its due day ended before the last overdue tick), "due today", "not due", or SCENARIOS
+    due_at: datetime
 
     @property
     def overdue(self) -> bool:
@@ -78,9 +91,14 @@ class SeededInvoice:
 
 
 def local_due_at(zone: str, day: date, rng: random.Random) -> datetime:
-    """A time early in ``day`` (before 09:00) in ``zone``: in Honolulu and Tokyo
-    that instant's UTC date is the day before, whose end the last tick is past."""
+    """A time early in ``day`` (before 09:00) in ``zone``: on the last overdue
+    tick's local day, its UTC day has ended by that tick whenever any instant
+    of that local day's has (tests/unit/test_simulate_seeding.py)."""
     return datetime.combine(day, time(rng.randrange(9), rng.randrange(60)), ZoneInfo(zone))
+
+
+def local_today(when: datetime, tenant: Tenant) -> date:
+    return when.astimezone(ZoneInfo(tenant.time_zone)).date()
 
 
 def billed_periods(anchor: date, last: date, pause: tuple[date, date] | None) -> int:
@@ -108,13 +126,19 @@ class BillingLoad:
             "SES_FROM_ADDRESS": SES_FROM,
         }
 
-    def cron_jobs(self, watcher: CronJob | None = None) -> list[CronJob]:
-        """Jobs run one after another in this order: e-mails are sent after the
-        jobs that queue them ran, and after the payment watcher paid some of the
-        overdue invoices, whose e-mails must then be cancelled, not sent."""
+    def cron_jobs(self, watcher: tuple[CronJob, CronJob, Callable[[], None]] | None = None) -> list[CronJob]:
+        """Jobs run one after another in this order: the payment watcher reads
+        the ledger up to the day before the last overdue tick's; the payments
+        API goes down (``watcher``'s callable) for the overdue and recurring
+        runs; it is back for the watcher's later run, which pays some of the
+        overdue invoices, and e-mails are sent after that: those invoices'
+        overdue e-mails must be cancelled, not sent."""
+        before, after, outage = watcher if watcher else (None, None, None)
         order = ["OverdueInvoicesFunction", "RecurringBillingFunction"]
         jobs = [CronJob(fid, self.jobs[fid], self.ticks[self.jobs[fid]]) for fid in order if fid in self.jobs]
-        jobs += [watcher] if watcher else []
+        if jobs and outage is not None:
+            jobs[0] = replace(jobs[0], before=outage)
+        jobs = ([before] if before else []) + jobs + ([after] if after else [])
         if "NotificationsFunction" in self.jobs:
             jobs.append(CronJob("NotificationsFunction", NOTIFICATIONS_JOB, self.ticks[NOTIFICATIONS_JOB]))
         return jobs
@@ -125,14 +149,18 @@ class BillingLoad:
         with psycopg.connect(database_url) as conn:
             seed_tenants(conn, self.tenants)  # type: ignore[arg-type]
             for tenant in self.tenants:
-                today = last_overdue.astimezone(ZoneInfo(tenant.time_zone)).date()  # the last tick's local day
-                for i in range(OVERDUE_INVOICES + 1 + NOT_YET_DUE_INVOICES):
-                    kind = "overdue" if i < OVERDUE_INVOICES else "due today" if i == OVERDUE_INVOICES else "not due"
-                    day = today - timedelta(days=self.rng.randint(1, 8)) if kind == "overdue" else \
-                        today if kind == "due today" else today + timedelta(days=30)
-                    invoice = SeededInvoice(f"inv_{tenant.id}_{i}", tenant, 1200 + 3 * i, kind)
+                today = local_today(last_overdue, tenant)  # the last tick's local day
+                kinds = ["overdue"] * OVERDUE_INVOICES + ["due today"] + ["not due"] * NOT_YET_DUE_INVOICES
+                for i, kind in enumerate(kinds + list(SCENARIOS)):
+                    # overdue: ended before the day before today, which the watcher reads before the outage
+                    day = today - timedelta(days=self.rng.randint(2, 8)) if kind == "overdue" else \
+                        today if kind == "due today" else today + timedelta(days=30) if kind == "not due" else \
+                        today - timedelta(days=SCENARIOS[kind][1])
+                    cents = SCENARIOS[kind][0] if kind in SCENARIOS else 1200 + 3 * i
+                    invoice = SeededInvoice(f"inv_{tenant.id}_{i}", tenant, cents, kind,
+                                            local_due_at(tenant.time_zone, day, self.rng))
                     conn.execute(INSERT_INVOICE, (invoice.id, tenant.id, f"c{i}@example.com", invoice.amount_cents,
-                                                  tenant.currency, local_due_at(tenant.time_zone, day, self.rng)))
+                                                  tenant.currency, invoice.due_at))
                     self.invoices.append(invoice)
                     overdue += invoice.overdue
                 for s in range(SCHEDULES):
@@ -146,7 +174,7 @@ class BillingLoad:
                         else None
                     if window:
                         conn.execute(INSERT_PAUSE, (schedule_id, *window))
-                    generated += billed_periods(anchor, billing_ticks[-1].date(), window)
+                    generated += billed_periods(anchor, local_today(billing_ticks[-1], tenant), window)
         has = self.jobs.values()
         overdue = overdue if OVERDUE_JOB in has else 0
         generated = generated if RECURRING_JOB in has else 0

@@ -22,12 +22,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import onceonly
 from onceonly.scheduled import tick_lock_name
+from onceonly_app.webhooks.config import WebhookConfig
 
 from ..errors import CliError
-from ..servers import REPO_ROOT
-from ..standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, store_keyword
+from ..servers import REPO_ROOT, ServerSetupError, check_embedded_postgres
+from ..standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, check_standin, store_keyword
 from ..stores import redact
-from ..template import schedule_expression
+from ..template import QueueSettings, TemplateError, schedule_expression, source_queue
 from .billing_load import TICKS_PER_JOB, BillingLoad, verify_ses_sender
 from .comparison import build_comparison, print_comparison
 from .drain import DrainWatch
@@ -107,13 +108,37 @@ def simulate_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     specs = {fid: spec for fid, spec in simulated_functions(REPO_ROOT / "template.yaml").items()
              if fid in (DISPATCH, RETRY, WATCHER, *BILLING_JOBS)}
+    queue = dispatch_queue()
+    _check_preconditions(args)
     if store_keyword(args.store) == ALL:
         reports = []
         for kind in KEYWORDS:
             console.rule(f"store: {kind}")
-            reports.append(run_simulation(args, kind, seed, specs, console))
+            reports.append(run_simulation(args, kind, seed, specs, queue, console))
         return _publish(args, build_comparison(reports, seed), render_comparison_html, print_comparison)
-    return _publish(args, run_simulation(args, args.store, seed, specs, console), render_html, print_report)
+    return _publish(args, run_simulation(args, args.store, seed, specs, queue, console), render_html, print_report)
+
+
+def _check_preconditions(args: argparse.Namespace) -> None:
+    """Everything every run needs, checked before the first one starts: one
+    line with its fix (CliError), not a failure after minutes of work."""
+    keyword = store_keyword(args.store)
+    if args.database is None:
+        try:
+            check_embedded_postgres()
+        except ServerSetupError as exc:
+            raise CliError(str(exc)) from None
+    for kind in KEYWORDS if keyword == ALL else (keyword,) if keyword else ():
+        check_standin(kind)
+
+
+def dispatch_queue() -> QueueSettings:
+    """The dispatcher's SQS queue as template.yaml declares it: the simulated
+    SQS parks a message after the same maxReceiveCount."""
+    try:
+        return source_queue(REPO_ROOT / "template.yaml", DISPATCH)
+    except TemplateError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _publish(args: argparse.Namespace, result: dict[str, Any], html: Callable[[dict[str, Any]], str],
@@ -129,13 +154,14 @@ def _publish(args: argparse.Namespace, result: dict[str, Any], html: Callable[[d
 
 
 def run_simulation(args: argparse.Namespace, store: str | None, seed: int, specs: dict[str, Any],
-                   console: Console) -> dict[str, Any]:
+                   queue: QueueSettings, console: Console) -> dict[str, Any]:
     """One run on ``store`` (a keyword, a URL or None), everything it started
     stopped and everything it wrote removed before it returns its report."""
     rng = random.Random(seed)
     run_id = secrets.token_hex(3)
     config = {"events": args.events, "replicas": args.replicas, "receiver_latency": args.receiver_latency,
-              "failure_rate": args.failure_rate, "crash_rate": args.crash_rate, "seed": seed, "run_id": run_id}
+              "failure_rate": args.failure_rate, "crash_rate": args.crash_rate, "seed": seed, "run_id": run_id,
+              "sqs_max_receives": queue.max_receives, "sqs_visibility_timeout": queue.visibility_timeout}
     with ExitStack() as cleanup:
         with console.status("starting the stack (PostgreSQL, the store, receiver, payments API, moto)…"):
             stack = start_stack(args.database, store, run_id)
@@ -149,7 +175,7 @@ def run_simulation(args: argparse.Namespace, store: str | None, seed: int, specs
             env.update(plan.payments.env(stack.payments.url, plan.bridge.queue_url))
         config["cron_jobs"] = [job.job for job in plan.cron_jobs]
         timeouts = {s.logical_id: s.timeout for s in specs.values()}
-        return _drive(args, console, stack, env, timeouts, plan, rng, config, cleanup)
+        return _drive(args, console, stack, env, timeouts, plan, queue, rng, config, cleanup)
 
 
 def _refuse_aws(store: str | None) -> None:
@@ -185,7 +211,8 @@ def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: st
         billing.expect_paid_after_overdue(payments.seed(stack.database_url, stack.payments, billing.invoices,
                                                         webhooks.subscriptions_by_tenant()))
         webhooks.expect(payments.expected_deliveries())
-    cron_jobs = billing.cron_jobs(payments.cron_job() if payments else None)
+    last_overdue = (ticks[CRON_JOBS["OverdueInvoicesFunction"]] or [datetime.now(UTC)])[-1]
+    cron_jobs = billing.cron_jobs(payments.cron_jobs(last_overdue) if payments else None)
     return Plan(tenants, webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
 
 
@@ -197,7 +224,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[str, str],
-           timeouts: dict[str, float], plan: Plan, rng: random.Random, config: dict[str, Any],
+           timeouts: dict[str, float], plan: Plan, queue: QueueSettings, rng: random.Random, config: dict[str, Any],
            cleanup: ExitStack) -> dict[str, Any]:
     load = plan.webhooks
     progress = Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
@@ -217,7 +244,8 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.exists() else []
         raise CliError(f"{exc}: {tail[0] if tail else 'no log'}") from None
     progress.update(started_task, completed=args.replicas)
-    driver = Driver(pool, rng, DISPATCH, RETRY if RETRY in timeouts else None, plan.cron_jobs,
+    driver = Driver(pool, rng, DISPATCH, RETRY if RETRY in timeouts else None,
+                    max_receives=queue.max_receives, cron_jobs=plan.cron_jobs,
                     max_batches_in_flight=2 * args.replicas, on_feed=load.on_feed)
     driver.enqueue(plan.messages)
     # Distinct events against their total; duplicates and redeliveries only in the message count.
@@ -254,8 +282,13 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         # stops the run here at once (one line, exit 1; see main.py).
         retry_depth = retry_queue.depth().total
         progress.update(done_task, completed=total - unfinished)
-        finished_all = driver.idle and not relayed and unfinished == 0 and total >= len(load.expected) and \
-            retry_depth == 0
+        if driver.idle and driver.dead_letter_queue and not driver.redriven:
+            # The run's work is done but for what SQS parked: redrive it once, as the
+            # operator the dead-letter alarm calls would, and judge the result.
+            driver.redrive_dead_letters()
+        parked = load.deliveries_of(driver.dead_letter_queue) if driver.redriven else set()
+        finished_all = driver.idle and not relayed and unfinished == 0 and retry_depth == 0 and \
+            total >= len(load.expected) - len(parked)
         # Progress is work moving forward, never the retry schedule's own ticks.
         moved = (driver.messages_sent, total - unfinished, attempts, driver.cron_progress[0])
         if watch.observe(moved, finished=finished_all):
@@ -267,12 +300,14 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         state = store.inspect(tick_lock_name(tick.job, datetime.fromisoformat(tick.tick)))
         tick.completed = bool(state and state.completed)
         tick.final_token = state.token if state else None
-    facts = load.facts(conn, stack.receiver, driver.messages_sent, driver.sqs_dead_letters)
+    load.park(driver.dead_letter_queue)
+    facts = load.facts(conn, stack.receiver, driver.messages_sent, driver.redriven)
     config["startup_seconds"] = round(start - pool_started, 2)
     return build_report(
         config=config, started=start, finished=finished, replicas=args.replicas, deliveries=facts, ticks=ticks,
         effects=plan.billing.effects(conn), payments=plan.payments.effects(conn) if plan.payments else None,
         paid_ids=plan.payments.expected_deliveries() if plan.payments else set(),
         invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,
+        posts_per_kill=int(env.get("WEBHOOK_MAX_IN_FLIGHT", WebhookConfig.max_in_flight)),
         drain_detail=watch.detail(), domain=domain_invariants(conn, stack.receiver, plan, pool.kills),
         scenarios=scenarios(plan))

@@ -135,8 +135,10 @@ def _sections(report: dict[str, Any], suffix: str = "") -> str:
     summary_rows = [
         ["events in", str(wh["events_in"])], ["SQS messages (duplicates included)", str(wh["messages_sent"])],
         ["deliveries made", str(wh["deliveries_made"])], ["dead letters", str(wh["dead_letters"])],
+        ["SQS dead-letter queue: redriven at the end / parked after", f"{wh['sqs_redriven']} / {wh['sqs_parked']}"],
         ["lost deliveries", str(wh["lost_deliveries"])],
         ["duplicate 2xx POSTs (same webhook-id)", str(wh["duplicate_posts"])],
+        ["cut attempts (sender killed mid-body)", str(wh["cut_attempts"])],
         ["replicas killed / restarted", f"{report['replicas']['killed']} / {report['replicas']['restarted']}"],
         ["leases reclaimed", str(report["leases_reclaimed"])],
         ["fenced writes refused", str(report["fenced_writes_refused"])],

@@ -2,9 +2,12 @@
 
 - SQS: messages go out in batches of up to 10 to any replica; a batch whose
   invocation died or raised comes back after a visibility timeout, and the
-  records named in ``batchItemFailures`` come back alone; after
-  ``MAX_RECEIVES`` a message goes to the dead-letter count. Duplicates are
-  mixed in: the same message id delivered twice, and the same event sent again.
+  records named in ``batchItemFailures`` come back alone; after the
+  template's ``maxReceiveCount`` receives a message is parked in the
+  dead-letter queue, until :meth:`Driver.redrive_dead_letters` moves it back
+  (an operator's redrive, as SQS's StartMessageMoveTask does: with a fresh
+  receive count). Duplicates are mixed in: the same message id delivered
+  twice, and the same event sent again.
 - EventBridge: every tick is delivered several times at once, each copy pinned
   to a different replica, and once more after it completed; a delivery whose
   invocation died is retried until a run of the tick completes.
@@ -31,8 +34,9 @@ from .replicas import Invocation, InvocationResult, ReplicaPool
 from .report import InvocationFacts, TickFacts
 
 BATCH_SIZE = 10
-MAX_RECEIVES = 5  # the template's maxReceiveCount
-VISIBILITY_DELAY = 0.3  # seconds before a failed message is visible again (shrunk for the simulation)
+# Seconds before a failed message is visible again: the template's VisibilityTimeout
+# (360 s, six function timeouts) shrunk for the simulation, as every wait in it is.
+VISIBILITY_DELAY = 0.3
 TICK_RETRY_DELAY = 0.5
 RETRY_TICK_EVERY = 0.25  # how often the webhook retry schedule fires (every minute on AWS)
 
@@ -50,6 +54,7 @@ class CronJob:
     job: str
     ticks: list[datetime]
     copies: int = 3  # concurrent deliveries of each tick, to distinct replicas
+    before: Callable[[], None] | None = None  # run once, when every earlier job's ticks have settled
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Driver:
     rng: random.Random
     dispatch_function: str
     retry_function: str | None
+    max_receives: int  # the source queue's maxReceiveCount (template.yaml)
     cron_jobs: list[CronJob] = field(default_factory=list)
     max_batches_in_flight: int = 8
     cron_every: float = 0.3  # seconds between two ticks fired (spread over the run)
@@ -95,7 +101,8 @@ class Driver:
         self._cron_jobs: deque[CronJob] = deque(self.cron_jobs)
         self._cron_queue: deque[tuple[CronJob, datetime]] = deque()
         self.messages_sent = 0
-        self.sqs_dead_letters = 0
+        self.dead_letter_queue: list[Message] = []  # parked: maxReceiveCount receives, none succeeded
+        self.redriven: list[Message] = []  # moved back from the dead-letter queue by redrive_dead_letters
         self.invocations: list[InvocationFacts] = []
         self.errors: Counter[str] = Counter()
 
@@ -143,10 +150,20 @@ class Driver:
         else:
             failed = batch  # the whole batch becomes visible again
         for message in failed:
-            if message.receives >= MAX_RECEIVES:
-                self.sqs_dead_letters += 1
+            if message.receives >= self.max_receives:
+                self.dead_letter_queue.append(message)
             else:
                 self._later(VISIBILITY_DELAY, partial(self._pending.append, message))
+
+    def redrive_dead_letters(self) -> list[Message]:
+        """Move every parked message back to the queue with a fresh receive
+        count, as an operator's redrive does. Returns the messages moved."""
+        moved, self.dead_letter_queue = self.dead_letter_queue, []
+        for message in moved:
+            message.receives = 0
+        self.redriven.extend(moved)
+        self._pending.extend(moved)
+        return moved
 
     # -- EventBridge ----------------------------------------------------------------
     def _fire_retry_tick(self) -> None:
@@ -231,6 +248,8 @@ class Driver:
     def _feed_cron(self, now: float) -> None:
         if not self._cron_queue and self._cron_jobs and all(s.settled for s in self._ticks.values()):
             job = self._cron_jobs.popleft()
+            if job.before is not None:
+                job.before()  # e.g. the payments API goes down for the jobs that follow
             self._cron_queue.extend((job, when) for when in job.ticks)
         if self._cron_queue and now >= self._next_cron:
             self._next_cron = now + self.cron_every

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -32,7 +33,7 @@ class SeededPayment:
     payment_id: str  # the operation id: the key the watcher records it under
     transaction_hash: str
     memo: str
-    amount_cents: int
+    amount_cents: Decimal | int  # exact: a part may be a fraction of a cent
     tenant: str | None  # whose account it went to; None: not a receiving account of ours (skipped)
     reason: str | None  # None: credited; else the unmatched reason expected, or "skipped"
     operations: int  # payment operations in its transaction

@@ -15,23 +15,38 @@ Each tenant has a receiving account of its own. Per tenant the API holds:
   to this tenant's account), a payment to an account that is not ours (skipped,
   not even recorded); and a memo that names no invoice at all.
 
-The payments are all in the API before the watcher's first tick. Whichever run
-polls first applies them; a run killed mid-poll leaves its tick unfinished, so a
-retry of that tick polls the rest. The poller lease is shorter than the tick
-lease, so a tick's retry never finds the poller still held by its own dead run."""
+And the scenarios of issue 18: the sub-cent invoice is paid by parts of
+fractions of a cent that add up exactly (5.005 + 2.5025 + 2.5025 = 10.01), on
+time; the outage invoice is paid in full on its due day, ten minutes before
+the day ends.
+
+The payments are all in the API before the watcher's first tick, each at its
+ledger time: the credited ones above now, the scenarios' on time. The fake's
+ledger clock makes the watcher's first tick read the ledger only up to the day
+before the last overdue tick's (LEDGER_LAG later, so that much is read): the
+sub-cent payments, not the outage's. Then the API is down for the overdue and
+recurring runs, and back, with the clock at the real time, for the watcher's
+later ticks. Whichever run polls first applies them; a run killed mid-poll
+leaves its tick unfinished, so a retry of that tick polls the rest. The poller
+lease is shorter than the tick lease, so a tick's retry never finds the poller
+still held by its own dead run."""
 
 from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 
+from onceonly_app.billing.payments_api import LEDGER_LAG
+
 from ..fake_payments import random_account
+from .billing_checks import due_day_end
 from .billing_load import SeededInvoice
 from .loadgen import CronJob
 from .payment_checks import SeededPayment
@@ -44,9 +59,10 @@ JOB = "payment-watcher"
 FUNCTION = "PaymentWatcherFunction"
 ASSET_CODES = {"USD": "USD", "EUR": "EURC"}  # the accepted asset code of each currency (the fake's issuer)
 MULTI_OP_PARTS = 3
-# One payment operation: cents, its asset ("CODE", "CODE:ISSUER", None for the
+SUB_CENT_PARTS = (Decimal("500.5"), Decimal("250.25"), Decimal("250.25"))  # cents: 10.01 of its invoice
+# One payment operation: cents (exact), its asset ("CODE", "CODE:ISSUER", None for the
 # native asset), and None if it is credited, else why not ("skipped": not ours).
-Op = tuple[int, str | None, str | None]
+Op = tuple[Decimal | int, str | None, str | None]
 
 RECEIVING_ACCOUNT = "INSERT INTO payment_accounts (account_id, tenant_id) VALUES (%s, %s)"
 COUNTS = {
@@ -72,19 +88,23 @@ class PaymentsLoad:
     baits: dict[str, str] = field(default_factory=dict)  # invoice id -> the bad payment aimed at it
     accepted_assets: str = ""  # PAYMENTS_ACCEPTED_ASSETS: the fake API's USD and EURC
     issuer: str = ""
+    fake: Any = None
 
     def seed(self, database_url: str, fake: Any, invoices: list[SeededInvoice],
              subscriptions: dict[str, list[str]]) -> int:
         """Add the payments to the fake API (``FakePayments``); returns how many
         overdue invoices they pay (those end `paid`, not `overdue`). The run's
         database is fresh, so the watcher starts with no cursor."""
-        self.issuer = fake.issuer
+        self.fake, self.issuer = fake, fake.issuer
         self.accepted_assets = " ".join(f"{currency}={code}:{fake.issuer}" for currency, code in ASSET_CODES.items())
         self.subscriptions = {tenant: list(ids) for tenant, ids in subscriptions.items()}
         with psycopg.connect(database_url) as conn:
             for tenant in self.tenants:
                 self.accounts[tenant.id] = random_account()
                 conn.execute(RECEIVING_ACCOUNT, (self.accounts[tenant.id], tenant.id))
+        for kind in ("sub-cent", "outage"):  # first, as their ledger times are the earliest
+            for tenant in self.tenants:
+                self._seed_on_time(fake, next(i for i in invoices if i.tenant == tenant and i.kind == kind))
         paid_overdue = 0
         for n, tenant in enumerate(self.tenants):
             mine = [i for i in invoices if i.tenant == tenant]
@@ -93,6 +113,16 @@ class PaymentsLoad:
             neighbour = self.tenants[(n + 1) % len(self.tenants)]
             paid_overdue += self._seed_tenant(fake, tenant, neighbour, overdue, not_due)
         return paid_overdue
+
+    def _seed_on_time(self, fake: Any, invoice: SeededInvoice) -> None:
+        """A scenario's payment, before its invoice's due day ended: the sub-cent
+        parts two hours before, the outage's ten minutes before."""
+        tenant = invoice.tenant
+        account, code = self.accounts[tenant.id], ASSET_CODES[tenant.currency]
+        parts = SUB_CENT_PARTS if invoice.kind == "sub-cent" else (invoice.amount_cents,)
+        early = timedelta(hours=2) if invoice.kind == "sub-cent" else timedelta(minutes=10)
+        self._pay(fake, invoice, [(cents, code, None) for cents in parts], account, pays=invoice.id,
+                  created_at=due_day_end(invoice.due_at, tenant.time_zone) - early)
 
     def _seed_tenant(self, fake: Any, tenant: Tenant, neighbour: Tenant, overdue: list[SeededInvoice],
                      not_due: list[SeededInvoice]) -> int:
@@ -129,14 +159,15 @@ class PaymentsLoad:
         return len(paid_in_full)
 
     def _pay(self, fake: Any, invoice: SeededInvoice, ops: list[Op], account: str,
-             pays: str | None = None) -> None:
-        self._add(fake, invoice.id, ops, account, invoice.tenant.id, pays)
+             pays: str | None = None, created_at: datetime | None = None) -> None:
+        self._add(fake, invoice.id, ops, account, invoice.tenant.id, pays, created_at)
 
     def _bait(self, fake: Any, invoice: SeededInvoice, ops: list[Op], account: str, recorded_for: str | None) -> None:
         self.baits[invoice.id] = str(ops[0][2])
         self._add(fake, invoice.id, ops, account, recorded_for, None)
 
-    def _add(self, fake: Any, memo: str, ops: list[Op], account: str, tenant: str | None, pays: str | None) -> None:
+    def _add(self, fake: Any, memo: str, ops: list[Op], account: str, tenant: str | None, pays: str | None,
+             created_at: datetime | None = None) -> None:
         """One transaction of ``ops`` to ``account``. ``tenant``: whose payments
         rows they become (None: the account is not ours, they are skipped);
         ``pays``: the invoice its last credited operation completes."""
@@ -146,7 +177,7 @@ class PaymentsLoad:
             code, _, issuer = (asset or "").partition(":")
             operations.append(fake.payment(Decimal(cents) / 100, asset_code=code or None,
                                            asset_issuer=issuer or (self.issuer if code else None), to=account))
-        records = fake.add_transaction(operations, memo=memo, transaction_hash=tx)
+        records = fake.add_transaction(operations, memo=memo, transaction_hash=tx, created_at=created_at)
         completing = max((k for k, op in enumerate(ops) if op[2] is None), default=None) if pays else None
         for k, ((cents, _, reason), record) in enumerate(zip(ops, records, strict=True)):
             self.payments.append(SeededPayment(str(record["id"]), tx, memo, cents, tenant, reason, len(ops),
@@ -176,8 +207,21 @@ class PaymentsLoad:
                 "PAYMENTS_ACCEPTED_ASSETS": self.accepted_assets,
                 "POLLER_LEASE_SECONDS": POLLER_LEASE_SECONDS, "PAYMENTS_PAGE_LIMIT": str(PAGE_LIMIT)}
 
-    def cron_job(self) -> CronJob:
-        return CronJob(FUNCTION, JOB, self.tick_times)
+    def cron_jobs(self, last_overdue_tick: datetime) -> tuple[CronJob, CronJob, Callable[[], None]]:
+        """The watcher's first tick (reading the ledger up to the day before
+        the last overdue tick's), its later ticks (the whole ledger, after the
+        outage), and what starts the outage (BillingLoad.cron_jobs)."""
+        def read_to_the_day_before() -> None:
+            self.fake.clock = last_overdue_tick - timedelta(days=1) + LEDGER_LAG
+
+        def outage() -> None:
+            self.fake.down = True
+
+        def outage_over() -> None:
+            self.fake.down, self.fake.clock = False, None
+
+        return (CronJob(FUNCTION, JOB, self.tick_times[:1], before=read_to_the_day_before),
+                CronJob(FUNCTION, JOB, self.tick_times[1:], before=outage_over), outage)
 
     def effects(self, conn: psycopg.Connection[Any]) -> list[EffectCheck]:
         paid = self.paid_invoices

@@ -50,7 +50,10 @@ def domain_invariants(conn: psycopg.Connection[Any], receiver: Any, plan: Plan, 
         judged += payment_invariants(conn, plan.payments.payments, plan.payments.baits, plan.payments.accepted)
     billing = plan.billing
     last_overdue = billing.ticks[OVERDUE_JOB][-1] if OVERDUE_JOB in billing.jobs.values() else None
-    return judged + billing_invariants(conn, last_overdue, sum(1 for i in billing.invoices if i.kind == "due today"))
+    kinds = ("zero", "sub-cent", "outage") if plan.payments else ("zero",)  # the others need the watcher
+    scenario_ids = {kind: [i.id for i in billing.invoices if i.kind == kind] for kind in kinds}
+    return judged + billing_invariants(conn, last_overdue, sum(1 for i in billing.invoices if i.kind == "due today"),
+                                       scenario_ids)
 
 
 def scenarios(plan: Plan) -> dict[str, Any]:

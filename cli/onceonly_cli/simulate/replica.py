@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..lambda_runtime import LambdaContext, load_handler
+from ..lambda_runtime import LambdaContext, close_function_clients, load_handler
 from .breakage import install_if_requested
 from .metrics_capture import MetricsCapturingStdout
 
@@ -85,8 +85,11 @@ def main() -> None:
     args = parser.parse_args()
     sock = socket.socket(fileno=args.fd)
     # The parent went away or stopped us: nothing left to answer.
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
-        serve(sock, args.log)
+    try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+            serve(sock, args.log)
+    finally:
+        close_function_clients()
 
 
 if __name__ == "__main__":

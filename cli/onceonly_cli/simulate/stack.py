@@ -7,7 +7,6 @@ moto's server for the AWS calls the jobs make (SES, SQS), all on 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,8 +50,8 @@ def start_stack(database: str | None, store: str | None, run_id: str) -> Stack:
     from ..receiver import WebhookReceiver
 
     servers = LocalServers()
-    work = tempfile.TemporaryDirectory(prefix="onceonly-simulate-")
-    closers: list[Any] = [work.cleanup]
+    work = servers.tempdir("onceonly-simulate-")  # replica logs; removed with the servers
+    closers: list[Any] = []
     try:
         embedded = database is None
         try:
@@ -76,7 +75,7 @@ def start_stack(database: str | None, store: str | None, run_id: str) -> Stack:
         payments = FakePayments()
         payments.start()
         closers.append(payments.stop)
-        stack = Stack(database_url, store_url, embedded, Path(work.name), servers, receiver, payments,
+        stack = Stack(database_url, store_url, embedded, work, servers, receiver, payments,
                       _closers=closers)
         stack.aws_endpoint = servers.moto()
         return stack

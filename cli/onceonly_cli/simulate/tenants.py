@@ -5,7 +5,8 @@ check that nothing crosses from one tenant to another.
 The time zones are chosen to catch a due day judged in UTC: Honolulu
 (UTC-10) and Tokyo (UTC+9) both have no daylight saving, so "the due day has
 ended" is a fixed offset from UTC every day of the year, and each one's local
-date at the 02:00 UTC overdue run differs from the UTC date in its own way."""
+date at an hourly overdue run differs from the UTC date in its own way (at
+00:00-09:59 UTC in Honolulu, 15:00-23:59 UTC in Tokyo)."""
 
 from __future__ import annotations
 

@@ -214,11 +214,14 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
                                                  "types": list(EVENT_TYPES), "ids": sorted(filters)}).fetchone()
     statuses = {d["id"]: d["status"] for d in deliveries}
     accepted = {r.webhook_id for r in requests if r.accepted and r.webhook_id}
-    return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed),
-            judge_retry_after(requests, statuses, load.retry_after_of, cap, load.scheduled, longest),
-            judge_trickle(requests, attempts, statuses, load.trickled, kills),
-            judge_held([r for r in requests if r.endpoint == load.gone], held_attempts, statuses, load.held,
-                       load.disabled_at, load.enabled_at),
+    # A delivery whose messages are parked in the dead-letter queue never ran: not judged here.
+    hostile = {i: value for i, value in load.retry_after_of.items() if i not in load.parked}
+    return [judge_tenants(deliveries, crossing, requests, load.tenant_of, load.misaddressed - load.parked),
+            judge_retry_after(requests, statuses, hostile, cap, load.scheduled, longest),
+            judge_trickle(requests, attempts, statuses, load.trickled - load.parked, kills),
+            judge_held([r for r in requests if r.endpoint == load.gone], held_attempts, statuses,
+                       load.held - load.parked, load.disabled_at, load.enabled_at),
             judge_filters(requests, filters, set(EVENT_TYPES), int(unwanted["count"]) if unwanted else 0),
             judge_caps(requests, load.caps),
-            judge_nothing_lost(statuses, {name: load.fed_to.get(name, set()) for name in load.caps}, accepted)]
+            judge_nothing_lost(statuses, {name: load.fed_to.get(name, set()) - load.parked for name in load.caps},
+                               accepted)]

@@ -86,6 +86,7 @@ class WebhookLoad:
     retry_after_of: dict[str, str] = field(default_factory=dict)  # hostile delivery id -> its Retry-After
     scheduled: dict[str, float] = field(default_factory=dict)  # hostile delivery id -> the longest delay seen
     trickled: set[str] = field(default_factory=set)  # delivery ids whose first answer trickles
+    parked: set[str] = field(default_factory=set)  # delivery ids whose messages all sit in the dead-letter queue
     misaddressed: set[str] = field(default_factory=set)  # delivery ids that must be refused, never sent
     gone: str = ""  # the subscription whose endpoint answers 410 until it is enabled again
     revived: threading.Event = field(default_factory=threading.Event)  # set: that endpoint answers 2xx
@@ -97,6 +98,7 @@ class WebhookLoad:
     events_in: int = 0  # distinct generated events (deliveries), duplicates not counted
     events_fed: int = 0  # of those, how many were sent at least once
     duplicate_messages: int = 0
+    sqs_parked: int = 0  # messages in the dead-letter queue after the end-of-run redrive
 
     def seed(self, database_url: str, receiver: Any, latency: float, failure_rate: float) -> None:
         """Ordinary subscriptions for every tenant (slow and flaky as asked), and
@@ -253,6 +255,10 @@ class WebhookLoad:
                 self.message_delivery[message.message_id] = delivery_id
         return messages
 
+    def deliveries_of(self, messages: list[Message]) -> set[str]:
+        """The expected deliveries ``messages`` carry (malformed ones carry none)."""
+        return {self.message_delivery[m.message_id] for m in messages if m.message_id in self.message_delivery}
+
     def on_feed(self, message_id: str, at: float) -> None:
         delivery_id = self.message_delivery.get(message_id)
         if delivery_id is not None and delivery_id not in self.first_sent:
@@ -274,26 +280,51 @@ class WebhookLoad:
         for delivery_id, delay in conn.execute(RETRY_SCHEDULED, (list(self.retry_after_of),)):
             self.scheduled[delivery_id] = max(float(delay), self.scheduled.get(delivery_id, 0.0))
 
+    def park(self, dead_letter_queue: list[Message]) -> None:
+        """Note the deliveries the messages left in the dead-letter queue carry,
+        after the end-of-run redrive: waiting for an operator, not judged lost."""
+        self.sqs_parked = len(dead_letter_queue)
+        self.parked = self.deliveries_of(dead_letter_queue)
+
     def facts(self, conn: psycopg.Connection[Any], receiver: Any, messages_sent: int,
-              sqs_dead_letters: int) -> DeliveryFacts:
+              redriven: list[Message]) -> DeliveryFacts:
+        """``redriven``: the messages moved back from the dead-letter queue at
+        the end of the run (see :meth:`park` for the ones still in it)."""
         statuses = {str(i): str(s) for i, s in conn.execute(DELIVERY_STATUSES, (self.subscription_ids,))}
         fenced_row = conn.execute(FENCED_ATTEMPTS, (self.subscription_ids,)).fetchone()
-        mine = set(self.subscription_ids)
-        accepted: Counter[str] = Counter()
-        first_accepted: dict[str, float] = {}
-        requests = unverified = 0
-        for request in receiver.history():
-            if request.endpoint not in mine:
-                continue
-            requests += 1
-            unverified += 0 if request.verified else 1
-            if request.webhook_id and request.accepted:
-                accepted[request.webhook_id] += 1
-                at = request.answered_at or request.received_at
-                first_accepted[request.webhook_id] = min(first_accepted.get(request.webhook_id, at), at)
+        seen = tally_receiver(receiver, set(self.subscription_ids))
         return DeliveryFacts(
             events_in=self.events_in, messages_sent=messages_sent, duplicate_messages=self.duplicate_messages,
-            expected_ids=set(self.expected), statuses=statuses, accepted=accepted, requests=requests,
-            unverified=unverified, first_sent=dict(self.first_sent), first_accepted=first_accepted,
-            fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_dead_letters=sqs_dead_letters,
+            expected_ids=set(self.expected), statuses=statuses, accepted=seen.accepted, requests=seen.requests,
+            cut_attempts=seen.cut_attempts, unverified=seen.unverified, first_sent=dict(self.first_sent),
+            first_accepted=seen.first_accepted,
+            fenced_refused=int(fenced_row[0]) if fenced_row else 0, sqs_redriven=len(redriven),
+            sqs_parked=self.sqs_parked, parked_ids=set(self.parked),
             ordinary_ids=self.ordinary_ids)
+
+
+@dataclass
+class ReceiverTally:
+    """What the receiver saw of the run's endpoints."""
+
+    requests: int = 0  # received whole and handed to the endpoint
+    unverified: int = 0  # of those, the ones whose signature did not verify
+    cut_attempts: int = 0  # cut by their sender mid-body: never handed to the endpoint
+    accepted: Counter[str] = field(default_factory=Counter)  # webhook-id -> 2xx answers read whole
+    first_accepted: dict[str, float] = field(default_factory=dict)  # webhook-id -> first 2xx
+
+
+def tally_receiver(receiver: Any, endpoints: set[str]) -> ReceiverTally:
+    """Count the receiver's requests and cut attempts to ``endpoints`` (the run's
+    subscriptions; a shared receiver may serve others)."""
+    tally = ReceiverTally(cut_attempts=sum(1 for cut in receiver.cut_attempts if cut.endpoint in endpoints))
+    for request in receiver.history():
+        if request.endpoint not in endpoints:
+            continue
+        tally.requests += 1
+        tally.unverified += 0 if request.verified else 1
+        if request.webhook_id and request.accepted:
+            tally.accepted[request.webhook_id] += 1
+            at = request.answered_at or request.received_at
+            tally.first_accepted[request.webhook_id] = min(tally.first_accepted.get(request.webhook_id, at), at)
+    return tally

@@ -9,12 +9,11 @@ import json
 import math
 import re
 import secrets
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import Claim, ClaimBatch, Lease
+from ..api import Claim, Lease
 from ..errors import ConfigError
 
 # Bytes of UTF-8 in a lease name, queue name or item id. Sized for the tightest
@@ -45,9 +44,10 @@ def new_owner() -> str:
     return secrets.token_hex(8)
 
 
-def check_name(name: str, what: str = "name") -> str:
+def check_name(name: str, what: str = "name", *, max_bytes: int = MAX_NAME_BYTES) -> str:
     """A lease name, queue name, item id or key prefix: a non-empty str without
-    NUL that encodes to at most MAX_NAME_BYTES of UTF-8 (so no lone surrogates)."""
+    NUL that encodes to at most ``max_bytes`` of UTF-8 (so no lone surrogates);
+    a smaller ``max_bytes`` for a part of a name that others are built from."""
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{what} must be a non-empty string, got {_short(name)}")
     if "\x00" in name:
@@ -56,8 +56,8 @@ def check_name(name: str, what: str = "name") -> str:
         size = len(name.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise ConfigError(f"{what} is not valid Unicode (a lone surrogate at index {exc.start})") from None
-    if size > MAX_NAME_BYTES:
-        raise ConfigError(f"{what} is {size} bytes in UTF-8; at most {MAX_NAME_BYTES} are allowed")
+    if size > max_bytes:
+        raise ConfigError(f"{what} is {size} bytes in UTF-8; at most {max_bytes} are allowed")
     return name
 
 
@@ -178,26 +178,6 @@ def check_claims(claims: Sequence[Claim], queue: str) -> list[Claim]:
     if isinstance(claims, (str, bytes, Claim)) or not isinstance(claims, Sequence):
         raise ConfigError(f"claims must be a list of onceonly.Claim, got {type(claims).__name__}")
     return [check_claim(claim, queue) for claim in claims]
-
-
-class AcksThenClaim(ABC):
-    """``claim(acks=…)`` for a store whose claim and ack are separate statements:
-    :meth:`ack_many`, then the store's own ``_claim`` (two round trips; Redis
-    does both in one script). Every argument is checked before the first."""
-
-    name: str
-
-    def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
-        acks = check_claims(acks, self.name)
-        limit, lease = check_limit(limit), check_seconds(lease, "lease")
-        acked = self.ack_many(acks) if acks else []
-        return ClaimBatch(self._claim(limit, lease), acked)
-
-    @abstractmethod
-    def ack_many(self, claims: Sequence[Claim]) -> list[bool]: ...
-
-    @abstractmethod
-    def _claim(self, limit: int, lease: float) -> list[Claim]: ...
 
 
 def _check_token(token: int, what: str) -> None:

@@ -1,10 +1,18 @@
 """How onceonly's PostgreSQL connections behave, beyond the URL itself:
 
 - every wait for the server's reply is bounded (:class:`BoundedConnection`,
-  see :mod:`onceonly.stores.pgpool` for the bounds);
-- behind RDS Proxy, prepared statements are off (``prepare_threshold=None``):
-  the proxy pins a client to one server connection for the rest of its session
-  once it sees one, which defeats the proxy's multiplexing;
+  see :mod:`onceonly.stores.pgpool` for the bounds); the server's own bound
+  (``statement_timeout``) is set per transaction (:func:`bound_this_transaction`)
+  or per session, never as a startup parameter: PgBouncer and RDS Proxy refuse
+  startup ``options``;
+- behind a transaction pooler (``pool_mode=transaction``, implied by an RDS
+  Proxy host) prepared statements are off (``prepare_threshold=None``): the
+  next transaction may run on another server connection, where the statement
+  does not exist or another client's has its name (``_pg3_0 already exists``);
+  RDS Proxy pins a client that prepares to one server connection;
+- a connection the server refuses for good (bad credentials, an unknown
+  database, a refused startup parameter) fails the callers waiting for it at
+  once, with the server's message (:class:`ConnectionRefusedByServer`);
 - after an authentication failure (a password rotated in Secrets Manager while
   the container kept the old one), the URL is read again once and the
   connection retried once with it.
@@ -16,6 +24,7 @@ import logging
 import re
 import selectors
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +42,20 @@ _AUTH_FAILURE = re.compile(
     r"authentication failed|role \"[^\"]*\" does not exist|no password (was )?supplied|password is missing",
     re.IGNORECASE,
 )
+# Refusals that the same attempt would meet again: the server (or the pooler
+# in front of it) answered, and said no. Not "starting up", "too many
+# connections" or a network failure, which pass.
+_PERMANENT_REFUSAL = re.compile(
+    _AUTH_FAILURE.pattern
+    + r"|database \"[^\"]*\" does not exist|no such database|no pg_hba\.conf entry"
+    r"|unsupported startup parameter|command-line options|unrecognized configuration parameter"
+    r"|invalid value for parameter|permission denied for database",
+    re.IGNORECASE,
+)
 DEFAULT_PREPARE_THRESHOLD = 5  # psycopg's own default
+# The server-side statement bound, for the rest of one transaction (or session).
+SET_LOCAL_STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = {ms:d}"
+SET_SESSION_STATEMENT_TIMEOUT = "SET statement_timeout = {ms:d}"
 
 _log = logging.getLogger("onceonly.postgres")
 
@@ -47,6 +69,9 @@ class BoundedConnection(psycopg.Connection[Any]):
     a statement may or may not have run) and OperationalError is raised."""
 
     reply_timeout: float = DEFAULT_TIMEOUT / 2
+    # The server's statement_timeout for each transaction (ms); None when the
+    # URL sets its own.
+    statement_timeout_ms: int | None = None
 
     def wait(self, gen: PQGen[Any], interval: float = _WAIT_INTERVAL, timeout: float | None = None) -> Any:
         bound = self.reply_timeout if timeout is None else timeout
@@ -85,14 +110,72 @@ def is_rds_proxy_host(conninfo: str) -> bool:
     return bool(hosts) and all(_RDS_PROXY_HOST.search(h.strip()) for h in hosts)
 
 
-def prepare_threshold_for(conninfo: str) -> int | None:
-    """psycopg's ``prepare_threshold`` for this server: None (never prepare)
-    behind RDS Proxy, psycopg's default otherwise."""
-    return None if is_rds_proxy_host(conninfo) else DEFAULT_PREPARE_THRESHOLD
+def prepare_threshold_for(transaction_pooled: bool) -> int | None:
+    """psycopg's ``prepare_threshold``: None (never prepare) behind a
+    transaction pooler, psycopg's default otherwise."""
+    return None if transaction_pooled else DEFAULT_PREPARE_THRESHOLD
+
+
+def bound_this_transaction(conn: psycopg.Connection[Any]) -> None:
+    """Queue the server's statement bound for the transaction ``conn`` is in
+    (or, in a pipeline, the implicit one of the statements up to its sync).
+    A connection of a pool you built yourself keeps your settings."""
+    if isinstance(conn, BoundedConnection) and conn.statement_timeout_ms is not None:
+        conn.execute(SET_LOCAL_STATEMENT_TIMEOUT.format(ms=conn.statement_timeout_ms))
 
 
 def is_auth_failure(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError) and bool(_AUTH_FAILURE.search(str(exc)))
+
+
+def is_permanent_refusal(exc: BaseException) -> bool:
+    """True when connecting failed because the server refused the connection
+    in a way that retrying will not change."""
+    return isinstance(exc, psycopg.OperationalError) and bool(_PERMANENT_REFUSAL.search(str(exc)))
+
+
+class ConnectionRefusedByServer(psycopg.OperationalError):
+    """PostgreSQL (or a pooler or proxy in front of it) refused the connection
+    for good; the message is the server's. Raised to every caller waiting for
+    a connection of the pool, at once, instead of a pool timeout."""
+
+
+class FailFastPool(ConnectionPool[Any]):
+    """A pool whose callers learn of a permanent connection refusal at once.
+    psycopg_pool connects in a background worker and lets a waiting caller
+    time out ("couldn't get a connection after 5.00 sec"), logging the cause
+    only as a warning; this one hands that cause to every waiting caller, and
+    to every caller until the pool's own retries of that connect are over
+    (``reconnect_timeout``): a warm container keeps failing fast, and the
+    first call after that tries afresh, so a fixed configuration is seen."""
+
+    _refusal: tuple[float, str] | None = None  # (until, the server's message)
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        refusal = self._refusal
+        if refusal is not None and time.monotonic() < refusal[0]:
+            raise ConnectionRefusedByServer(refusal[1])
+        return super().getconn(timeout)
+
+    def _connect(self, timeout: float | None = None) -> Any:
+        try:
+            conn = super()._connect(timeout)
+        except psycopg.OperationalError as exc:
+            if is_permanent_refusal(exc):
+                message = (f"the server refused the connection (a retry will not help until the "
+                           f"configuration changes): {str(exc).strip()}")
+                self._refusal = (time.monotonic() + self.reconnect_timeout, message)
+                self._fail_waiting(message)
+            raise
+        self._refusal = None
+        return conn
+
+    def _fail_waiting(self, message: str) -> None:
+        with self._lock:
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        for client in waiting:
+            client.fail(ConnectionRefusedByServer(message))
 
 
 class RefreshingConninfo:

@@ -12,7 +12,10 @@ Given ``timeout`` T (seconds, ``?timeout=`` in the URL, default 10):
   T/2 as well (libpq rounds it to whole seconds, at least 2);
 - each wait for the server's reply takes at most T/2: on the client
   (:class:`BoundedConnection`; TCP timeouts cannot see a peer that acknowledges
-  bytes and never answers) and on the server (``statement_timeout``);
+  bytes and never answers) and on the server (``statement_timeout``, set by
+  ``SET LOCAL`` in each store statement's transaction, or once per session for
+  the domain database; never as a startup parameter, which PgBouncer and RDS
+  Proxy refuse);
 - TCP keepalives and ``tcp_user_timeout`` make the kernel drop a link whose
   packets vanish, so a dead idle connection is noticed before it is used;
 - the pool checks each connection on checkout, so one closed by the server
@@ -23,16 +26,32 @@ Given ``timeout`` T (seconds, ``?timeout=`` in the URL, default 10):
   default keeps trying for 5 minutes, up to a minute apart): the next call
   starts a fresh one, so the pool recovers as soon as the server answers again.
   A connect already in flight when the server comes back may still fail the
-  call waiting for it.
+  call waiting for it. A connect the server refuses for good (credentials,
+  database, parameters) fails the waiting calls at once with its message.
+
+``?pool_mode=transaction`` (PgBouncer's term; implied by an RDS Proxy host)
+declares a transaction pooler: no prepared statements and no session state,
+so the domain database keeps only the client-side bound. ``session`` (the
+default) is a direct connection or a session pooler.
 
 Options already in the URL (``connect_timeout``, ``keepalives*``,
-``tcp_user_timeout``, ``statement_timeout`` inside ``options``) win.
+``tcp_user_timeout``, ``statement_timeout`` inside ``options``) win; a URL's own
+``options`` are sent as given, so leave them out behind a pooler.
+
+Every pool built here that is still open when the interpreter exits is closed
+by an ``atexit`` hook: since Python 3.13 an unclosed pool's ``__del__`` joins
+its worker threads during interpreter shutdown and can hang the process there
+(psycopg#930, #954). A Lambda handler's module-level pool has no other moment
+to be closed; callers that can should still close theirs explicitly.
 """
 
 from __future__ import annotations
 
+import atexit
 import math
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -41,29 +60,69 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from ..errors import ConfigError
-from .pg_connection import BoundedConnection, RefreshingConninfo, check_on_checkout, prepare_threshold_for
+from .pg_connection import (
+    SET_SESSION_STATEMENT_TIMEOUT,
+    BoundedConnection,
+    FailFastPool,
+    RefreshingConninfo,
+    check_on_checkout,
+    is_rds_proxy_host,
+    prepare_threshold_for,
+)
 from .timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, timeout_from
 
+POOL_MODE_OPTION = "pool_mode"
+POOL_MODES = ("session", "transaction")
 
-def split_timeout(url: str) -> tuple[str, float]:
-    """The conninfo without onceonly's ``timeout`` option, and that timeout. A
-    key=value conninfo (not a URL) carries no ``timeout``: the default applies."""
+
+@dataclass(frozen=True)
+class PgOptions:
+    """onceonly's own options of a PostgreSQL URL (libpq would refuse them)."""
+
+    timeout: float = DEFAULT_TIMEOUT
+    transaction_pooled: bool = False
+
+
+def split_options(url: str) -> tuple[str, PgOptions]:
+    """The conninfo without onceonly's options (``timeout``, ``pool_mode``), and
+    those options. A key=value conninfo (not a URL) carries none: the defaults
+    apply, except that an RDS Proxy host implies ``pool_mode=transaction``."""
     url = url.strip()
     if "://" not in url:
-        return url, DEFAULT_TIMEOUT
+        return url, PgOptions(transaction_pooled=_behind_rds_proxy(url))
     try:
         parts = urlsplit(url)
         options = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError as exc:
         raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
-    timeout = timeout_from(dict(options))
+    given = dict(options)
+    mode = given.get(POOL_MODE_OPTION, "session")
+    if mode not in POOL_MODES:
+        # statement mode refuses transactions of more than one statement
+        raise ConfigError(f"PostgreSQL URL option {POOL_MODE_OPTION} must be one of {', '.join(POOL_MODES)}, "
+                          f"got {mode!r}")
     # quote, not quote_plus: libpq does not read "+" as a space
-    driver_query = urlencode([(key, value) for key, value in options if key != TIMEOUT_OPTION], quote_via=quote)
-    return urlunsplit(parts._replace(query=driver_query)), timeout
+    driver_query = urlencode([(key, value) for key, value in options if key not in (TIMEOUT_OPTION, POOL_MODE_OPTION)],
+                             quote_via=quote)
+    conninfo = urlunsplit(parts._replace(query=driver_query))
+    return conninfo, PgOptions(timeout=timeout_from(given),
+                               transaction_pooled=mode == "transaction" or _behind_rds_proxy(conninfo))
+
+
+def _behind_rds_proxy(conninfo: str) -> bool:
+    try:
+        return is_rds_proxy_host(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+
+
+def _sets_own_statement_timeout(conninfo: str) -> bool:
+    return "statement_timeout" in str(conninfo_to_dict(conninfo).get("options", ""))
 
 
 def bounded_conninfo(conninfo: str, timeout: float) -> str:
-    """``conninfo`` plus the connect, TCP and statement bounds it does not set."""
+    """``conninfo`` plus the connect and TCP bounds it does not set (no startup
+    ``options``: poolers refuse them)."""
     try:
         given = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
@@ -78,36 +137,44 @@ def bounded_conninfo(conninfo: str, timeout: float) -> str:
         "tcp_user_timeout": math.ceil(half * 1000),
     }
     extra = {key: value for key, value in defaults.items() if key not in given}
-    options = str(given.get("options", ""))
-    if "statement_timeout" not in options:
-        extra["options"] = f"{options} -c statement_timeout={math.ceil(half * 1000)}".strip()
     return make_conninfo(conninfo, **extra)
 
 
 def bounded_pool(
-    url: str, *, name: str, max_size: int, autocommit: bool, refresh_url: Callable[[], str] | None = None
+    url: str, *, name: str, max_size: int, autocommit: bool, session_bound: bool = False,
+    refresh_url: Callable[[], str] | None = None,
 ) -> ConnectionPool[Any]:
-    """An open pool for ``url`` (``?timeout=`` seconds, see the module docstring);
-    connections are opened lazily. ``refresh_url`` (optional) returns the URL
+    """An open pool for ``url`` (``?timeout=`` seconds, ``?pool_mode=``, see the
+    module docstring); connections are opened lazily. Each connection carries
+    the server's statement bound for :func:`bound_this_transaction`; with
+    ``session_bound`` it is also set once per session, unless the URL declares
+    a transaction pooler (a session setting would stay on a server connection
+    that other clients then get). ``refresh_url`` (optional) returns the URL
     with fresh credentials: it is called once after an authentication failure
-    (a rotated password) and the connection retried once. Behind RDS Proxy,
-    prepared statements are off. Raises ConfigError for a malformed URL."""
-    conninfo, timeout = split_timeout(url)
-    half = timeout / 2
-    bounded = bounded_conninfo(conninfo, timeout)
+    (a rotated password) and the connection retried once. Raises ConfigError
+    for a malformed URL."""
+    conninfo, options = split_options(url)
+    half = options.timeout / 2
+    bounded = bounded_conninfo(conninfo, options.timeout)  # ConfigError for a malformed one
+    statement_timeout_ms = None if _sets_own_statement_timeout(bounded) else math.ceil(half * 1000)
     source: str | RefreshingConninfo = bounded
     connection_class: type[BoundedConnection] = BoundedConnection
     if refresh_url is not None:
-        source = RefreshingConninfo(bounded, lambda: bounded_conninfo(split_timeout(refresh_url())[0], timeout))
+        source = RefreshingConninfo(
+            bounded, lambda: bounded_conninfo(split_options(refresh_url())[0], options.timeout))
         connection_class = source.connection_class
 
     def configure(conn: BoundedConnection) -> None:
         conn.reply_timeout = half
+        conn.statement_timeout_ms = statement_timeout_ms
+        if session_bound and statement_timeout_ms is not None and not options.transaction_pooled:
+            with conn.transaction():
+                conn.execute(SET_SESSION_STATEMENT_TIMEOUT.format(ms=statement_timeout_ms))
 
-    return ConnectionPool(
+    pool: ConnectionPool[Any] = FailFastPool(
         source,
         connection_class=connection_class,
-        kwargs={"autocommit": autocommit, "prepare_threshold": prepare_threshold_for(conninfo)},
+        kwargs={"autocommit": autocommit, "prepare_threshold": prepare_threshold_for(options.transaction_pooled)},
         min_size=0,
         max_size=max_size,
         timeout=half,
@@ -119,3 +186,16 @@ def bounded_pool(
         open=True,
         name=name,
     )
+    _OPEN_POOLS.add(pool)
+    return pool
+
+
+# The pools built by bounded_pool, held weakly: one collected early needs nothing.
+_OPEN_POOLS: weakref.WeakSet[ConnectionPool[Any]] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_pools() -> None:
+    """Close, before interpreter shutdown, each pool nobody closed (see the module docstring)."""
+    for pool in list(_OPEN_POOLS):
+        pool.close()

@@ -13,8 +13,9 @@ import psycopg_pool
 from psycopg.rows import dict_row
 
 from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
-from ..errors import LeaseLostError, StoreNotReadyError, StoreUnavailableError
+from ..errors import LeaseLostError, StoreNotReadyError, StoreRefusedError, StoreUnavailableError
 from . import _common as common
+from .pg_connection import ConnectionRefusedByServer, bound_this_transaction
 from .pgpool import bounded_pool
 from .sqlfile import load_queries
 
@@ -38,6 +39,8 @@ def _translated(what: str) -> Iterator[None]:
         raise StoreNotReadyError(
             f"PostgreSQL store: table missing during {what}; run store.setup() ({exc.diag.message_primary})"
         ) from exc
+    except ConnectionRefusedByServer as exc:
+        raise StoreRefusedError(f"PostgreSQL store: {exc}") from exc
     except psycopg_pool.PoolTimeout as exc:
         raise StoreUnavailableError(f"PostgreSQL store unreachable during {what}: {exc}") from exc
     except psycopg.Error as exc:
@@ -61,13 +64,22 @@ class PostgresStore:
         answering (see :mod:`onceonly.stores.pgpool`). libpq's own options pass
         through. ``refresh_url`` (optional) returns the URL with fresh
         credentials; it is called once after an authentication failure (a
-        rotated password). Behind RDS Proxy, prepared statements are off."""
+        rotated password). ``?pool_mode=transaction`` (implied by an RDS Proxy
+        host) declares a transaction pooler: no prepared statements. A
+        connection the server refuses for good raises StoreRefusedError with
+        the server's message."""
         pool = bounded_pool(url, name="onceonly", max_size=max_size, autocommit=True, refresh_url=refresh_url)
         return cls(pool, owns_pool=True)
 
     def _run(self, what: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        with _translated(what), self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(SQL[what], params)
+        # The statement bound and the statement share one implicit transaction
+        # (one sync): one round trip, and SET LOCAL leaves nothing behind on a
+        # server connection that a transaction pooler hands to others next.
+        with _translated(what), self._pool.connection() as conn:
+            with conn.pipeline():
+                bound_this_transaction(conn)
+                cur = conn.cursor(row_factory=dict_row)
+                cur.execute(SQL[what], params)
             return cur.fetchall() if cur.description else []
 
     # -- setup ------------------------------------------------------------
@@ -75,6 +87,7 @@ class PostgresStore:
         # Concurrent setup() calls race on CREATE ... IF NOT EXISTS; a
         # transaction-scoped advisory lock serialises them.
         with _translated("setup"), self._pool.connection() as conn, conn.transaction():
+            bound_this_transaction(conn)
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('onceonly.setup'))")
             conn.execute(SQL["setup"])
 
@@ -172,7 +185,9 @@ class PostgresQueue:
         for row in self._store._run("claim", params):
             rows[row.pop("kind")].append(row)
         deleted = {(r["item_id"], r["token"], r["owner"]) for r in rows["acked"]}
-        claims = [Claim(queue=self.name, **row) for row in rows["claimed"]]
+        # The payload's JSON text as put, decoded as every store decodes it.
+        claims = [Claim(queue=self.name, **{**row, "payload": common.decode_payload(row["payload"])})
+                  for row in rows["claimed"]]
         # One delete per grant: a claim listed twice is acked once, as on Redis.
         acked = []
         for claim in acks:

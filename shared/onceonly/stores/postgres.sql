@@ -27,13 +27,26 @@ CREATE INDEX IF NOT EXISTS onceonly_leases_expiring ON onceonly_leases (busy_unt
 CREATE TABLE IF NOT EXISTS onceonly_queue (
     queue         text NOT NULL,
     item_id       text NOT NULL,
-    payload       jsonb,
+    payload       json,                 -- the JSON text as put, kept verbatim (see below)
     claimable_at  timestamptz NOT NULL, -- due time, or lease expiry while in flight
     token         bigint NOT NULL DEFAULT 0,
     attempt       integer NOT NULL DEFAULT 0,
     owner         text,                 -- set while in flight
     PRIMARY KEY (queue, item_id)
 );
+-- payload is json, not jsonb: jsonb re-encodes numbers (1e16 comes back an
+-- int, -0.0 as 0.0, a float near 2**60 as another number), and a payload must
+-- come back as put, as on Redis and DynamoDB. Tables of 0.2 and earlier have
+-- jsonb: converted once, here (a rewrite of the table under its exclusive
+-- lock; docs/coordination.md). Their rows keep the values jsonb made of them.
+DO $$
+BEGIN
+    IF (SELECT data_type FROM information_schema.columns
+         WHERE table_schema = current_schema() AND table_name = 'onceonly_queue'
+           AND column_name = 'payload') = 'jsonb' THEN
+        ALTER TABLE onceonly_queue ALTER COLUMN payload TYPE json USING payload::json;
+    END IF;
+END $$;
 -- The claim's index. Partial, with a predicate that claim's "claimable_at <=
 -- now" implies and a lookup by id does not: otherwise, when the statistics do
 -- not know a queue yet (it grew since the last ANALYZE), the planner rates
@@ -140,7 +153,7 @@ SELECT name, owner, token, extract(epoch FROM busy_until)::float8 AS busy_until,
 -- changed twice by one ON CONFLICT statement). put is a batch of one.
 -- Rescheduling clears the owner, so a holder's ack/retry is refused afterwards.
 INSERT INTO onceonly_queue AS q (queue, item_id, payload, claimable_at)
-SELECT %(queue)s, i.item_id, i.payload::jsonb, COALESCE(to_timestamp(i.due_at), clock_timestamp())
+SELECT %(queue)s, i.item_id, i.payload::json, COALESCE(to_timestamp(i.due_at), clock_timestamp())
   FROM unnest(%(item_ids)s::text[], %(payloads)s::text[], %(due_ats)s::float8[]) AS i(item_id, payload, due_at)
 ON CONFLICT (queue, item_id) DO UPDATE
     SET payload = EXCLUDED.payload, claimable_at = EXCLUDED.claimable_at, owner = NULL;
@@ -210,7 +223,7 @@ WITH held AS MATERIALIZED (
            owner = %(owner)s,
            claimable_at = clock_timestamp() + make_interval(secs => %(lease)s)
      WHERE q.ctid = ANY (ARRAY(SELECT ctid FROM due))
-    RETURNING q.item_id, q.payload, q.token, q.attempt, q.owner,
+    RETURNING q.item_id, q.payload::text AS payload, q.token, q.attempt, q.owner,
               extract(epoch FROM q.claimable_at)::float8 AS lease_expires_at
 )
 SELECT 'claimed' AS kind, item_id, payload, token, attempt, owner, lease_expires_at FROM claimed

@@ -55,8 +55,15 @@ from .timeouts import TIMEOUT_OPTION, timeout_from
 
 DEFAULT_PREFIX = "onceonly"
 DEFAULT_WAIT_TIMEOUT_MS = 1000
+ALLOW_EVICTION_OPTION = "allow_eviction"
 # URL options onceonly reads itself; the rest go to redis-py.
-STORE_OPTIONS = ("prefix", TIMEOUT_OPTION, "wait_replicas", "wait_timeout_ms")
+STORE_OPTIONS = ("prefix", TIMEOUT_OPTION, "wait_replicas", "wait_timeout_ms", ALLOW_EVICTION_OPTION)
+# The only maxmemory-policy under which Redis never deletes a key to make room:
+# under volatile-* a completed tick (its record has an expiry) goes first, under
+# allkeys-* leases and queue items too. A full server then refuses writes
+# instead (an OOM error reply: StoreUnavailableError), and nothing is forgotten.
+SAFE_EVICTION_POLICY = "noeviction"
+_BOOLEANS = {"1": True, "true": True, "0": False, "false": False}
 # Scripts that only read: no WAIT after them in durable mode.
 READ_ONLY_SCRIPTS = frozenset({"inspect", "depth"})
 
@@ -132,6 +139,26 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(query=driver_query)), own
 
 
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return False
+    value = _BOOLEANS.get(raw.strip().lower())
+    if value is None:
+        raise ConfigError(f"redis option {name} must be 1, true, 0 or false, got {raw!r}")
+    return value
+
+
+def _eviction_refused(seen: str) -> ConfigError:
+    return ConfigError(
+        f"the Redis server's maxmemory-policy {seen}: when memory fills, it may delete onceonly's keys"
+        f" (a completed cron tick's record, then leases and queue items), and a finished tick runs again."
+        f" Set maxmemory-policy {SAFE_EVICTION_POLICY} (on ElastiCache: in the cluster's parameter group),"
+        f" or add {ALLOW_EVICTION_OPTION}=1 to the store URL to accept that risk (docs/coordination.md,"
+        f" 'Redis: eviction and managed defaults')"
+    )
+
+
 def _whole_number(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     raw = options.get(name)
     if raw is None:
@@ -148,19 +175,29 @@ def _whole_number(options: Mapping[str, str], name: str, default: int, minimum: 
 class RedisStore:
     """Leases and queues on Redis (or Valkey). Pass your own ``redis.Redis`` client
     or build one with :meth:`from_url`. Keys are prefixed with ``prefix``.
-    ``wait_replicas`` > 0 turns on durable mode (see the module docstring)."""
+    ``wait_replicas`` > 0 turns on durable mode (see the module docstring).
+
+    Before its first operation (and on every :meth:`setup`) the store reads the
+    server's ``maxmemory-policy`` (``INFO memory``, allowed where ``CONFIG`` is
+    not, as on ElastiCache) and raises ConfigError unless it is ``noeviction``:
+    an evicting server forgets completed ticks. ``allow_eviction=True``
+    (``?allow_eviction=1``) skips the check and accepts that risk."""
 
     kind = "redis"
 
     def __init__(
         self, client: redis.Redis, prefix: str = DEFAULT_PREFIX, *, owns_client: bool = False,
-        wait_replicas: int = 0, wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+        wait_replicas: int = 0, wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS, allow_eviction: bool = False,
     ) -> None:
         if not isinstance(getattr(client, "connection_pool", None), redis.ConnectionPool):
             raise ConfigError(f"RedisStore needs a redis.Redis client with a connection pool, got {client!r}")
         self._client = client
         self._prefix = common.check_name(prefix, "prefix")
         self._owns_client = owns_client
+        # Checked once per store (one per process in a Lambda): a policy changed
+        # on a running server afterwards is not seen until the next setup().
+        self._allow_eviction = common.check_flag(allow_eviction, "allow_eviction")
+        self._eviction_checked = self._allow_eviction
         self._wait_replicas, self._wait_timeout_ms = _check_wait(client, wait_replicas, wait_timeout_ms)
         # register_script only hashes the source; the script is loaded on first
         # use (EVALSHA, then SCRIPT LOAD if the server does not know it).
@@ -171,7 +208,9 @@ class RedisStore:
     @classmethod
     def from_url(cls, url: str) -> RedisStore:
         """``redis://host:6379/0?prefix=myapp&timeout=10`` or ``rediss://…``; add
-        ``wait_replicas=1&wait_timeout_ms=500`` for durable mode. ``timeout``
+        ``wait_replicas=1&wait_timeout_ms=500`` for durable mode, and
+        ``allow_eviction=1`` to run on a server whose maxmemory-policy may evict
+        keys (see the class docstring). ``timeout``
         (seconds) bounds every operation: half for connecting, half for the
         reply. Redis-py's own URL options (e.g. ``socket_timeout``) pass through
         and win over those defaults."""
@@ -181,14 +220,28 @@ class RedisStore:
         half = timeout_from(options) / 2
         wait_replicas = _whole_number(options, "wait_replicas", 0, 0)
         wait_timeout_ms = _whole_number(options, "wait_timeout_ms", DEFAULT_WAIT_TIMEOUT_MS, 1)
+        allow_eviction = _flag(options, ALLOW_EVICTION_OPTION)
         try:
             client = redis.Redis.from_url(driver_url, socket_connect_timeout=half, socket_timeout=half)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"malformed Redis URL: {exc}") from exc
         return cls(client, prefix, owns_client=True, wait_replicas=wait_replicas,
-                   wait_timeout_ms=wait_timeout_ms)
+                   wait_timeout_ms=wait_timeout_ms, allow_eviction=allow_eviction)
+
+    def _check_eviction(self) -> None:
+        """Refuse a server that may evict keys (ConfigError), before any work."""
+        with _translated("the maxmemory-policy check"):
+            try:
+                policy = _text(self._client.info("memory").get("maxmemory_policy"))
+            except redis.ResponseError as exc:  # INFO renamed or disabled: nothing else tells
+                raise _eviction_refused(f"could not be read ({exc})") from exc
+        if policy != SAFE_EVICTION_POLICY:
+            raise _eviction_refused(f"is {policy!r}" if policy else "is not in INFO memory")
+        self._eviction_checked = True
 
     def _run(self, what: str, keys: Sequence[str], args: Sequence[str | int] = ()) -> Any:
+        if not self._eviction_checked:
+            self._check_eviction()
         script = self._scripts[what]
         evalsha = ("EVALSHA", script.sha, len(keys), *keys, *args)
         durable = self._wait_replicas > 0 and what not in READ_ONLY_SCRIPTS
@@ -243,8 +296,13 @@ class RedisStore:
 
     # -- setup ------------------------------------------------------------
     def setup(self) -> None:
-        """Only checks that the server answers. Redis has nothing to create: keys
-        appear on first write, and the scripts load themselves on first use."""
+        """Checks that the server answers and that its maxmemory-policy cannot
+        evict keys (ConfigError otherwise, unless ``allow_eviction``). Redis has
+        nothing to create: keys appear on first write, and the scripts load
+        themselves on first use."""
+        if not self._allow_eviction:
+            self._check_eviction()  # a round trip too: the server answers
+            return
         with _translated("setup"):
             self._client.ping()
 

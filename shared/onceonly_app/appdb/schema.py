@@ -14,10 +14,10 @@ import psycopg
 
 import onceonly
 
-from .migrate import migrate
+from .migrate import Deadline, latest_migration, migrate
 
-FIX = ("apply the schema: deploy the stack again (its SchemaMigration custom resource runs the migrations) "
-       "or run `onceonly migrate --database URL --store URL`")
+FIX = ("apply the schema: run `onceonly migrate --database URL --store URL`, or deploy with a new "
+       "SchemaRunId parameter (its SchemaMigration custom resource then runs the migrations again)")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,19 +30,22 @@ class SchemaMissingError(onceonly.OnceOnlyError):
 class SchemaReport:
     migrations_applied: list[str]
     store_kind: str
+    schema_version: str  # the newest migration the database now has
 
 
-def apply_schema(database_url: str, store_url: str) -> SchemaReport:
-    """Apply pending domain migrations, then the store's setup(). Idempotent,
+def apply_schema(database_url: str, store_url: str, deadline: Deadline | None = None) -> SchemaReport:
+    """The store's setup(), then the pending domain migrations. Idempotent,
     and safe from many processes at once (both hold an advisory lock or a
-    conditional create); an upgrade applies only the new migrations."""
-    applied = migrate(database_url)
+    conditional create); an upgrade applies only the new migrations. The
+    migrations' COMMIT comes last, so under a ``deadline`` nothing else can
+    still be running when the answer is given."""
     store = onceonly.connect(store_url)
     try:
         store.setup()
     finally:
         store.close()
-    return SchemaReport(applied, getattr(store, "kind", type(store).__name__))
+    applied = migrate(database_url, deadline)
+    return SchemaReport(applied, getattr(store, "kind", type(store).__name__), latest_migration())
 
 
 def missing_schema(exc: BaseException) -> BaseException | None:

@@ -6,7 +6,8 @@ configured per currency (``PAYMENTS_ACCEPTED_ASSETS``)::
 
     USD=USDC:GA5ZSEJYB37JRC5AVCIA5MOP4RHTM335X2KGX3IHOJAPP5RE34K4KZVN EUR=EURC:GDHU6W…
 
-entries separated by spaces or commas, one ``CURRENCY=ASSET`` each, where ASSET
+entries separated by spaces or commas, one ``CURRENCY=ASSET`` each (CURRENCY: a
+three-letter ISO 4217 code, any case, used upper case), where ASSET
 is ``native`` (the ledger's own coin) or ``CODE:ISSUER``. A currency may accept
 several assets; an asset pays exactly one currency. Amounts convert one to one
 (a USD stablecoin unit pays one dollar)."""
@@ -58,6 +59,7 @@ class AcceptedAssets:
         currency_of: dict[Asset, str] = {}
         for entry in text.replace(",", " ").split():
             currency, sep, asset_text = entry.partition("=")
+            currency = currency.upper()  # stored upper case, like the invoices' (0006 migration)
             if not sep or not CURRENCY.fullmatch(currency):
                 raise ConfigError(f"accepted asset {entry!r} is not CURRENCY=ASSET (e.g. USD=USDC:G…)")
             asset = parse_asset(asset_text)

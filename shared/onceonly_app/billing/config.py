@@ -14,6 +14,8 @@ from onceonly.scheduled import DEFAULT_KEEP, DEFAULT_TTL, HEARTBEATS_PER_TTL
 
 from .assets import AcceptedAssets
 
+PAYMENT_WATCHER_JOB = "payment-watcher"  # also the poller name of its cursor, which the overdue job reads
+
 
 def _seconds(name: str, default: float) -> float:
     raw = os.environ.get(name)

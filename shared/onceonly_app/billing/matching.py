@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -22,9 +23,9 @@ PAYABLE = ("open", "overdue")
 class Verdict:
     outcome: str  # settled | partial | overpaid | unmatched
     reason: str | None  # why a payment is unmatched
-    amount_cents: int | None  # the amount in minor units of its currency (None: no currency)
+    amount_cents: Decimal | None  # the exact amount in minor units of its currency (None: no currency)
     invoice_id: str | None  # the invoice the memo named, credited or not
-    late: bool  # credited to an invoice that was already overdue
+    late: bool  # credited at or after the end of the invoice's due day, by ledger time
 
     @property
     def credited(self) -> bool:
@@ -40,10 +41,14 @@ class Verdict:
 
 
 def judge(amount: Decimal, currency: str | None, memo: str | None,
-          invoice: Mapping[str, Any] | None) -> Verdict:
+          invoice: Mapping[str, Any] | None, paid_at: datetime) -> Verdict:
     """``currency``: what the payment's asset pays (None: not accepted).
+    ``paid_at``: the payment's ledger time; it is late if that is at or after
+    the invoice's ``due_day_ends_at``, whatever the invoice's status says (an
+    invoice may be overdue because the watcher saw an on-time payment late).
     ``invoice``: the memo's invoice in the receiving account's tenant, with
-    ``credited_cents`` (what earlier credited payments cover), or None."""
+    ``credited_cents`` (what earlier credited payments cover, exactly), or None.
+    The sum is compared with the amount due exactly: no payment is rounded."""
     cents = to_minor(amount, currency) if currency is not None else None
     invoice_id = invoice["id"] if invoice is not None else None
 
@@ -62,4 +67,4 @@ def judge(amount: Decimal, currency: str | None, memo: str | None,
     covered = invoice["credited_cents"] + cents
     outcome = "partial" if covered < invoice["amount_cents"] else \
         "settled" if covered == invoice["amount_cents"] else "overpaid"
-    return Verdict(outcome, None, cents, invoice_id, late=invoice["status"] == "overdue")
+    return Verdict(outcome, None, cents, invoice_id, late=paid_at >= invoice["due_day_ends_at"])

@@ -13,7 +13,7 @@ import psycopg
 
 from onceonly.stores.sqlfile import load_queries
 
-from .money import format_money
+from .money import due_money, format_money
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 
@@ -30,7 +30,14 @@ class Email:
 
 
 def overdue_email(invoice: Mapping[str, Any]) -> Email:
+    """``credited_cents``: what payments already cover (exact); after a partial
+    payment the e-mail states what is still due, rounded up (money.py)."""
     due: date = invoice["due_on"]  # the due day in the tenant's time zone
+    total = format_money(invoice["amount_cents"], invoice["currency"])
+    credited = invoice["credited_cents"]
+    still_due = "" if not credited else (
+        f" {due_money(invoice['amount_cents'] - credited, invoice['currency'])} of {total} is still due "
+        f"({format_money(credited, invoice['currency'])} received).")
     return Email(
         notification_key=f"invoice.overdue:{invoice['id']}",
         tenant_id=invoice["tenant_id"],
@@ -38,8 +45,7 @@ def overdue_email(invoice: Mapping[str, Any]) -> Email:
         kind="invoice.overdue",
         recipient=invoice["customer_email"],
         subject=f"Invoice {invoice['id']} is overdue",
-        body_text=(f"Invoice {invoice['id']} for {format_money(invoice['amount_cents'], invoice['currency'])} "
-                   f"was due on {due:%Y-%m-%d} and is now overdue."),
+        body_text=f"Invoice {invoice['id']} for {total} was due on {due:%Y-%m-%d} and is now overdue.{still_due}",
     )
 
 
@@ -53,7 +59,8 @@ def new_invoice_email(invoice: Mapping[str, Any]) -> Email:
         recipient=invoice["customer_email"],
         subject=f"New invoice {invoice['id']}",
         body_text=(f"Invoice {invoice['id']} for {format_money(invoice['amount_cents'], invoice['currency'])} "
-                   f"(period starting {invoice['period_key']}) is due on {due:%Y-%m-%d}."),
+                   f"(period starting {invoice['period_key']}) "
+                   + ("is settled: nothing is due." if invoice["amount_cents"] == 0 else f"is due on {due:%Y-%m-%d}.")),
     )
 
 

@@ -1,7 +1,8 @@
 """The overdue-invoices job: open invoices whose due day ended (in the tenant's
-time zone) before the tick's scheduled time move to `overdue`, each with one
-status-history row, one activity event, one e-mail in the outbox and one
-``invoice.overdue`` webhook event (webhook_events.fan_out), all in the
+time zone) before the tick's scheduled time, and before the ledger time the
+payment watcher has read up to, move to `overdue`, each with one status-history
+row, one activity event, one e-mail in the outbox (stating what is still due)
+and one ``invoice.overdue`` webhook event (webhook_events.fan_out), all in the
 transition's transaction and fenced by the tick's token."""
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from psycopg_pool import ConnectionPool
 from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
+from ..budget import Budget
 from . import outbox, webhook_events
-from .budget import Budget
 from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -35,17 +36,20 @@ def overdue_payload(row: dict[str, Any]) -> dict[str, Any]:
 class OverdueResult:
     transitioned: int
     batches: int
+    held: int  # due day ended, but the payment watcher has not read the ledger that far: not dunned yet
 
 
-def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, batch_size: int = BATCH_SIZE,
-        budget: Budget | None = None) -> OverdueResult:
-    """Transition every open invoice whose due day ended before the tick's time.
+def run(pool: ConnectionPool, tick: Tick, *, watcher: str, tenant: str | None = None,
+        batch_size: int = BATCH_SIZE, budget: Budget | None = None) -> OverdueResult:
+    """Transition every open invoice whose due day ended before the tick's time
+    and before what the payment watcher ``watcher`` (its poller name) has read
+    of the ledger: an invoice it has not read that far for waits for a later run.
     Raises FencedError (a LeaseLostError) if a newer run of the tick took over:
     the batch in progress is rolled back; batches committed earlier stand, and
     the newer run finds those invoices already moved. Raises RunOutOfTimeError
     when the budget runs low with batches left: the retry of the tick goes on."""
-    params = {"as_of": tick.scheduled_time, "tenant": tenant, "job": tick.job, "token": tick.token,
-              "limit": batch_size}
+    params = {"as_of": tick.scheduled_time, "tenant": tenant, "watcher": watcher, "job": tick.job,
+              "token": tick.token, "limit": batch_size}
 
     def batch(conn: psycopg.Connection[Any]) -> tuple[int, bool]:
         with conn.cursor(row_factory=dict_row) as cur:
@@ -58,4 +62,6 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, batch_si
 
     done = run_fenced_batches(pool, tick, batch, budget=budget,
                               result_key="transitioned")
-    return OverdueResult(transitioned=done.done, batches=done.batches)
+    with pool.connection() as conn:
+        (held,) = conn.execute(SQL["held_for_payments"], params).fetchone() or (0,)
+    return OverdueResult(transitioned=done.done, batches=done.batches, held=held)

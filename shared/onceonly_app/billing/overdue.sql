@@ -1,12 +1,17 @@
 -- name: transition_overdue --
--- In: as_of (the tick's scheduled time), tenant (text or NULL = all), job,
--- token, limit. Out: the invoices that moved open -> overdue in this statement,
--- with their due day (due_on) in the tenant's time zone.
+-- In: as_of (the tick's scheduled time), tenant (text or NULL = all), watcher
+-- (the payment watcher's poller name), job, token, limit. Out: the invoices
+-- that moved open -> overdue in this statement, with their due day (due_on) in
+-- the tenant's time zone and what credited payments already cover of them.
 -- An invoice is overdue once its due day has ENDED in its tenant's time zone
--- (billing_tenants.time_zone, UTC without a row): the due day is the date of
--- due_at there, so an invoice due on the 15th is still payable all of the 15th
--- and moves on the first run after midnight. due_at < as_of is implied by that
--- and lets the partial index on open invoices do the scan.
+-- (billing_tenants.time_zone, UTC without a row; billing_due_day_end): an
+-- invoice due on the 15th is still payable all of the 15th and moves on the
+-- first run after midnight. due_at < as_of is implied by that and lets the
+-- partial index on open invoices do the scan.
+-- AND only once the payment watcher has read the ledger past that end
+-- (payment_cursors.ledger_read_to): a payment made on the due day but not yet
+-- seen (the payments API down, the watcher behind) holds the invoice open
+-- instead of dunning the customer; the next run moves it if it is still open.
 -- The transition is conditional (status = 'open' is re-checked on the locked
 -- row), and the history row and activity event are written from its RETURNING
 -- only, so an invoice some other run (or a payment) already moved yields no
@@ -17,8 +22,9 @@ WITH due AS MATERIALIZED (
       FROM invoices i
       LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
      WHERE i.status = 'open' AND i.due_at < %(as_of)s
-       AND (((i.due_at AT TIME ZONE coalesce(t.time_zone, 'UTC'))::date + 1)::timestamp
-            AT TIME ZONE coalesce(t.time_zone, 'UTC')) <= %(as_of)s
+       AND billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC')) <= %(as_of)s
+       AND billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC'))
+           <= (SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s)
        AND (%(tenant)s::text IS NULL OR i.tenant_id = %(tenant)s::text)
      ORDER BY i.due_at, i.id
      LIMIT %(limit)s
@@ -28,7 +34,8 @@ WITH due AS MATERIALIZED (
        SET status = 'overdue', updated_at = now()
       FROM due
      WHERE i.id = due.id AND i.status = 'open'
-    RETURNING i.id, i.tenant_id, i.customer_email, i.amount_cents, i.currency, i.due_at, due.due_on
+    RETURNING i.id, i.tenant_id, i.customer_email, i.amount_cents, i.currency, i.due_at, due.due_on,
+              billing_credited(i.id) AS credited_cents
 ), history AS (
     INSERT INTO invoice_status_history (invoice_id, from_status, to_status, job, fence_token)
     SELECT id, 'open', 'overdue', %(job)s, %(token)s FROM moved
@@ -41,4 +48,18 @@ WITH due AS MATERIALIZED (
       FROM moved
     ON CONFLICT (event_key) DO NOTHING
 )
-SELECT id, tenant_id, customer_email, amount_cents, currency, due_at, due_on FROM moved ORDER BY id;
+SELECT id, tenant_id, customer_email, amount_cents, currency, due_at, due_on, credited_cents
+  FROM moved ORDER BY id;
+
+-- name: held_for_payments --
+-- In: as_of, tenant, watcher. Out: how many open invoices have a due day that
+-- ended by as_of but not yet by what the watcher has read of the ledger (held
+-- back, not dunned): a count that stays up means the watcher is behind or the
+-- payments API is down.
+SELECT count(*) FROM invoices i
+  LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
+ CROSS JOIN LATERAL (SELECT billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC')) AS ends) d
+ WHERE i.status = 'open' AND i.due_at < %(as_of)s AND d.ends <= %(as_of)s
+   AND d.ends > coalesce((SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s),
+                         '-infinity')
+   AND (%(tenant)s::text IS NULL OR i.tenant_id = %(tenant)s::text);

@@ -16,6 +16,11 @@ each payment once.
   it to `paid` (paid_at: the payment's ledger time), and an ``invoice.paid``
   event goes to the webhook outbox in the same transaction. Unmatched, partial,
   overpaid and late payments get an activity event and a count in the result.
+  Late means by ledger time: paid at or after the end of the invoice's due day.
+- With the cursor, each page records the ledger time it was read up to
+  (payments_api.Page.read_to); the overdue job dunns an invoice only once its
+  due day ended before that, so an on-time payment the watcher has not seen yet
+  (the API down, the watcher behind) is never dunned.
 - The outbox is sent to SQS after polling, whatever polling did (succeeded,
   failed, or found the poller busy): events committed earlier never wait on
   the payments API.
@@ -35,10 +40,10 @@ from psycopg_pool import ConnectionPool
 from onceonly import Lease, Tick
 from onceonly.stores.sqlfile import load_queries
 
+from ..budget import Budget
 from . import webhook_events
 from .assets import AcceptedAssets
 from .aws import CALL_SECONDS
-from .budget import Budget
 from .matching import Verdict, judge
 from .payments_api import READ_TIMEOUT, Page, Payment
 from .ticks import FencedError
@@ -140,7 +145,7 @@ def _poll(pool: ConnectionPool, tick: Tick, poll: Poll, lease: Lease, tenant: st
                     result.skipped += 1  # sent from a receiving account, or to an account that is not ours
                     continue
                 _apply(conn, payment, owner, poll.accepted, fence, result, log)
-            conn.execute(SQL["advance_cursor"], {**fence, "cursor": page.next_cursor})
+            conn.execute(SQL["advance_cursor"], {**fence, "cursor": page.next_cursor, "read_to": page.read_to})
         result.pages += 1
         result.cursor = page.next_cursor
         if not page.full:
@@ -155,7 +160,8 @@ def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepte
     with conn.cursor(row_factory=dict_row) as cur:
         invoice = cur.execute(SQL["lock_invoice"], {"memo": payment.memo, "tenant": tenant}).fetchone() \
             if payment.memo else None
-        verdict = judge(payment.amount, accepted.currency_of(payment.asset), payment.memo, invoice)
+        verdict = judge(payment.amount, accepted.currency_of(payment.asset), payment.memo, invoice,
+                        payment.created_at)
         recorded = cur.execute(SQL["record_payment"], {
             "payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash,
             "paging_token": payment.paging_token, "operation_type": payment.operation_type,
@@ -185,7 +191,8 @@ def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepte
 
 def _record_event(cur: psycopg.Cursor[Any], payment: Payment, tenant: str, verdict: Verdict, log: Any) -> None:
     detail = {"payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash,
-              "asset": str(payment.asset), "amount": str(payment.amount), "amount_cents": verdict.amount_cents,
+              "asset": str(payment.asset), "amount": str(payment.amount),
+              "amount_cents": None if verdict.amount_cents is None else str(verdict.amount_cents),  # exact
               "memo": payment.memo, "reason": verdict.reason, "late": verdict.late}
     cur.execute(SQL["record_payment_event"], {"kind": verdict.event_kind, "payment_id": payment.payment_id,
                                               "tenant": tenant, "invoice_id": verdict.invoice_id,

@@ -17,8 +17,12 @@ RETURNING cursor;
 SELECT cursor FROM payment_cursors WHERE poller = %(poller)s AND fence_token = %(token)s FOR UPDATE;
 
 -- name: advance_cursor --
--- In: poller, token, cursor. Run after hold_cursor in the same transaction.
-UPDATE payment_cursors SET cursor = %(cursor)s, updated_at = now()
+-- In: poller, token, cursor, read_to (the ledger time the page was read up to,
+-- or NULL). Run after hold_cursor in the same transaction. ledger_read_to only
+-- moves up: the overdue job trusts that every payment before it was applied.
+UPDATE payment_cursors
+   SET cursor = %(cursor)s, updated_at = now(),
+       ledger_read_to = greatest(ledger_read_to, %(read_to)s::timestamptz)
  WHERE poller = %(poller)s AND fence_token = %(token)s
 RETURNING cursor;
 
@@ -30,11 +34,13 @@ SELECT account_id, tenant_id FROM payment_accounts
 -- name: lock_invoice --
 -- In: memo, tenant. Out: the invoice the memo names among the TENANT's
 -- invoices (another tenant's invoice id matches nothing), locked until the
--- transaction ends, with what credited payments already cover of it.
-SELECT i.id, i.status, i.currency, i.amount_cents,
-       (SELECT coalesce(sum(p.amount_cents), 0) FROM payments p
-         WHERE p.invoice_id = i.id AND p.outcome <> 'unmatched') AS credited_cents
+-- transaction ends, with what credited payments already cover of it (exactly)
+-- and when its due day ends in the tenant's time zone (a payment at or after
+-- that ledger time is late).
+SELECT i.id, i.status, i.currency, i.amount_cents, billing_credited(i.id) AS credited_cents,
+       billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC')) AS due_day_ends_at
   FROM invoices i
+  LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
  WHERE i.id = %(memo)s AND i.tenant_id = %(tenant)s
    FOR UPDATE OF i;
 
@@ -66,8 +72,7 @@ ON CONFLICT (event_key) DO NOTHING;
 WITH covered AS MATERIALIZED (
     SELECT i.id, i.status AS from_status FROM invoices i
      WHERE i.id = %(invoice_id)s AND i.status IN ('open', 'overdue')
-       AND (SELECT coalesce(sum(p.amount_cents), 0) FROM payments p
-             WHERE p.invoice_id = i.id AND p.outcome <> 'unmatched') >= i.amount_cents
+       AND billing_credited(i.id) >= i.amount_cents
        FOR UPDATE
 ), paid AS (
     UPDATE invoices i

@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
@@ -34,6 +35,10 @@ from .assets import Asset
 CONNECT_TIMEOUT = 3.05
 READ_TIMEOUT = 10.0
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# How long after a ledger closes its records may still be missing from the
+# API (ingestion delay, our clock against the ledger's): a page that reaches
+# the end of the history at T has read the ledger up to T minus this.
+LEDGER_LAG = timedelta(seconds=60)
 PAYMENT_TYPES = frozenset({"payment", "path_payment_strict_receive", "path_payment_strict_send",
                            "path_payment"})  # path_payment: Horizon's name before protocol 12
 
@@ -61,6 +66,7 @@ class Page:
     skipped: int  # records that moved no payment (other types, failed transactions)
     next_cursor: str  # the last record's paging_token, or the cursor asked for if empty
     full: bool  # as many records as asked for: there may be more
+    read_to: datetime | None  # every payment with an earlier ledger time is in this page or before it
 
 
 def _amount(text: Any) -> Decimal:
@@ -96,6 +102,31 @@ def _payment(record: dict[str, Any]) -> Payment:
         raise PaymentsApiError(f"malformed payment record (id {record.get('id')!r}): {exc!r}") from exc
 
 
+def _server_date(response: requests.Response) -> datetime | None:
+    try:
+        return parsedate_to_datetime(response.headers["Date"]).astimezone(UTC)
+    except (KeyError, TypeError, ValueError):
+        return None  # no usable Date header: our own clock decides
+
+
+def _read_to(records: list[dict[str, Any]], full: bool, served_at: datetime) -> datetime | None:
+    """The ledger time a page has read up to. Records come in ledger order, so
+    everything before the last record's time is read; a page that is not full
+    reached the end of the history, so the ledger is read up to the time it
+    was served less LEDGER_LAG (or the last record's time, if that is later)."""
+    last: datetime | None = None
+    if records and records[-1].get("created_at"):
+        try:
+            last = datetime.fromisoformat(str(records[-1]["created_at"]))
+        except ValueError as exc:
+            raise PaymentsApiError(f"the last record's created_at {records[-1]['created_at']!r} is not a time") \
+                from exc
+    if full:
+        return last
+    end = served_at - LEDGER_LAG
+    return end if last is None else max(end, last)
+
+
 def is_payment(record: dict[str, Any]) -> bool:
     """A payment operation of a successful transaction (Horizon lists failed
     transactions' operations too; they moved no money)."""
@@ -113,23 +144,29 @@ class PaymentsClient:
         """The records after ``cursor``, oldest first. The whole request (connect,
         headers, body) ends within about ``timeout`` seconds (None: the client's
         connect + read timeouts). Raises PaymentsApiError."""
-        records = self._records({"cursor": cursor, "order": "asc", "limit": str(limit)}, timeout)
+        records, served_at = self._records({"cursor": cursor, "order": "asc", "limit": str(limit)}, timeout)
         payments = [_payment(r) for r in records if is_payment(r)]
         try:
             next_cursor = str(records[-1]["paging_token"]) if records else cursor
         except (KeyError, TypeError) as exc:
             raise PaymentsApiError(f"GET {self._url}: the last record has no paging_token") from exc
+        full = len(records) >= limit
         return Page(payments=payments, skipped=len(records) - len(payments), next_cursor=next_cursor,
-                    full=len(records) >= limit)
+                    full=full, read_to=_read_to(records, full, served_at))
 
-    def _records(self, params: dict[str, str], timeout: float | None) -> list[dict[str, Any]]:
+    def _records(self, params: dict[str, str], timeout: float | None) -> tuple[list[dict[str, Any]], datetime]:
+        """The page's records, and when it was served: the earlier of the
+        server's ``Date`` and our clock as the answer began (the ledger's side
+        decides how far it had got; neither clock is trusted to be ahead)."""
         connect, read = self._timeout
+        asked_at = datetime.now(UTC)
         total = connect + read if timeout is None else timeout
         deadline = time.monotonic() + total
         try:
             with self._session.get(self._url, params=params, stream=True, allow_redirects=False,
                                    timeout=(min(connect, total), min(read, total))) as response:
                 response.raise_for_status()
+                served_at = min(_server_date(response) or asked_at, asked_at)
                 body = _read_until(response, deadline)
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             raise PaymentsApiError(f"GET {self._url} failed: {exc}") from exc
@@ -140,7 +177,7 @@ class PaymentsClient:
         records = (parsed.get("_embedded") or {}).get("records") if isinstance(parsed, dict) else None
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise PaymentsApiError(f"GET {self._url}: no _embedded.records list in the answer")
-        return records
+        return records, served_at
 
     def close(self) -> None:
         self._session.close()

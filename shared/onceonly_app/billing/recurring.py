@@ -22,8 +22,8 @@ from psycopg_pool import ConnectionPool
 from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
+from ..budget import Budget
 from . import outbox
-from .budget import Budget
 from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -40,10 +40,11 @@ class RecurringResult:
 def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, schedules: int = SCHEDULES_PER_BATCH,
         max_periods: int = PERIODS_PER_BATCH, budget: Budget | None = None) -> RecurringResult:
     """Generate the invoices of every period that started on or before the
-    tick's day (UTC), with their activity events and e-mails. Raises
+    tick's day in its tenant's time zone (a period starts at local midnight),
+    with their activity events and e-mails. Raises
     FencedError if a newer run of the tick stamped, RunOutOfTimeError if the
     budget ran low with periods still due."""
-    params = {"as_of": tick.scheduled_time.date(), "tenant": tenant, "schedules": schedules,
+    params = {"as_of": tick.scheduled_time, "tenant": tenant, "schedules": schedules,
               "max_periods": max_periods}
 
     def batch(conn: psycopg.Connection[Any]) -> tuple[int, bool]:

@@ -3,9 +3,12 @@
 -- (the first period not yet generated) and next_period_start its start date, a
 -- generated column with a partial index, so the due schedules are found by one
 -- index range scan: a run costs what is due, not schedules x periods.
+-- Dates are the tenant's (billing_local_day): a period starts at midnight of
+-- its start date in the tenant's time zone. The index bound is the latest date
+-- anywhere (UTC+14, Pacific/Kiritimati); each schedule is then held to its own.
 
 -- name: generate_batch --
--- In: as_of (date: the tick's day, UTC), tenant (text or NULL = all), schedules
+-- In: as_of (the tick's scheduled time), tenant (text or NULL = all), schedules
 -- (schedules per batch), max_periods (periods per schedule and batch). Out: the
 -- invoices created by this statement, with their due day.
 -- Each picked schedule gets one invoice per due period from next_period on (a
@@ -17,28 +20,30 @@
 -- due_at is 00:00 of the due day in the tenant's time zone (UTC by default).
 WITH picked AS MATERIALIZED (
     SELECT id FROM billing_schedules
-     WHERE active AND next_period_start <= %(as_of)s::date
+     WHERE active AND next_period_start <= (%(as_of)s::timestamptz AT TIME ZONE 'Pacific/Kiritimati')::date
+       AND next_period_start <= billing_local_day(%(as_of)s, tenant_id)
        AND (ends_on IS NULL OR next_period_start <= ends_on)
        AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
      ORDER BY next_period_start, id
      LIMIT %(schedules)s
        FOR UPDATE SKIP LOCKED
 ), periods AS MATERIALIZED (
-    -- at most the periods up to as_of (a month is at least 28 days) and max_periods
+    -- at most the periods up to the tenant's today (a month is at least 28 days) and max_periods
     SELECT s.id AS schedule_id, s.tenant_id, s.customer_email, s.amount_cents, s.currency, s.due_days,
-           s.ends_on, coalesce(t.time_zone, 'UTC') AS time_zone, p.k,
+           s.ends_on, coalesce(t.time_zone, 'UTC') AS time_zone, p.k, d.today,
            billing_period_start(s.anchor, s.cadence, p.k) AS period_start
       FROM picked
       JOIN billing_schedules s ON s.id = picked.id
       LEFT JOIN billing_tenants t ON t.tenant_id = s.tenant_id
+     CROSS JOIN LATERAL (SELECT billing_local_day(%(as_of)s, s.tenant_id) AS today) d
      CROSS JOIN LATERAL generate_series(
            s.next_period,
            s.next_period - 1 + least(%(max_periods)s::integer,
-               (%(as_of)s::date - s.next_period_start)
+               (d.today - s.next_period_start)
                  / CASE s.cadence WHEN 'daily' THEN 1 WHEN 'weekly' THEN 7 ELSE 28 END + 1)) AS p(k)
 ), due AS MATERIALIZED (
     SELECT * FROM periods
-     WHERE period_start <= %(as_of)s::date AND (ends_on IS NULL OR period_start <= ends_on)
+     WHERE period_start <= today AND (ends_on IS NULL OR period_start <= ends_on)
 ), billable AS (
     SELECT * FROM due d
      WHERE NOT EXISTS (SELECT 1 FROM billing_schedule_pauses p
@@ -77,7 +82,8 @@ SELECT c.id, c.tenant_id, c.customer_email, c.amount_cents, c.currency, c.due_at
 -- In: as_of, tenant. Out: a row if some schedule still has a due period that
 -- no other transaction is working on (SKIP LOCKED: their holder generates them).
 SELECT 1 FROM billing_schedules
- WHERE active AND next_period_start <= %(as_of)s::date
+ WHERE active AND next_period_start <= (%(as_of)s::timestamptz AT TIME ZONE 'Pacific/Kiritimati')::date
+   AND next_period_start <= billing_local_day(%(as_of)s, tenant_id)
    AND (ends_on IS NULL OR next_period_start <= ends_on)
    AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
  LIMIT 1

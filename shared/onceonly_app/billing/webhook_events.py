@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,12 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from onceonly.errors import ConfigError
+from onceonly.stores._common import batches
 from onceonly.stores.sqlfile import load_queries
 from onceonly_app.webhooks.limits import SQS_MAX_BATCH_BYTES, encoded_payload
 
+from ..budget import Budget
 from .aws import CALL_SECONDS
-from .budget import Budget
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100
@@ -101,26 +101,21 @@ def message_body(row: dict[str, Any]) -> str:
                       separators=(",", ":"))
 
 
-def sqs_batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    """``rows`` in SendMessageBatch calls: at most SQS_BATCH messages and
-    SQS_MAX_BATCH_BYTES of bodies per call (SQS refuses a larger request whole,
-    which would leave the same rows unsent on every flush)."""
-    batch: list[dict[str, Any]] = []
-    size = 0
-    for row in rows:
-        body = len(message_body(row).encode("utf-8"))
-        if batch and (len(batch) == SQS_BATCH or size + body > SQS_MAX_BATCH_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(row)
-        size += body
-    if batch:
-        yield batch
+def sqs_batches(rows: list[dict[str, Any]]) -> list[list[tuple[dict[str, Any], str]]]:
+    """``rows`` with their message bodies (each encoded once), in SendMessageBatch
+    calls: at most SQS_BATCH messages and SQS_MAX_BATCH_BYTES of bodies per call
+    (SQS refuses a larger request whole, which would leave the same rows unsent
+    on every flush)."""
+    bodies = [message_body(row) for row in rows]
+    runs = batches([len(body.encode("utf-8")) for body in bodies], SQS_BATCH, SQS_MAX_BATCH_BYTES)
+    return [[(rows[n], bodies[n]) for n in run] for run in runs]
 
 
-def _send_batch(sqs: Any, queue_url: str, rows: list[dict[str, Any]], log: Any) -> list[dict[str, Any]]:
+def _send_batch(sqs: Any, queue_url: str, batch: list[tuple[dict[str, Any], str]],
+                log: Any) -> list[dict[str, Any]]:
     """One SendMessageBatch call; returns the rows SQS accepted."""
-    entries = [{"Id": str(n), "MessageBody": message_body(r)} for n, r in enumerate(rows)]
+    rows = [row for row, _ in batch]
+    entries = [{"Id": str(n), "MessageBody": body} for n, (_, body) in enumerate(batch)]
     try:
         response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
     except (ClientError, BotoCoreError) as exc:

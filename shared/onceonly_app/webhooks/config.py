@@ -23,6 +23,8 @@ class WebhookConfig:
     # None: connect_timeout + read_timeout
     attempt_lease: float = 60.0  # how long one claim (or the dispatcher's first attempt) may take
     claim_batch: int = 4  # deliveries claimed per q.claim by the retry worker
+    max_in_flight: int = 10  # attempts of one batch (SQS or claimed) in flight at once
+    serial_per_subscription: bool = False  # one subscription's records of an SQS batch one after another
     deadline_margin: float = 5.0  # seconds of invocation time kept free for recording and acking
     max_retry_after: float = 36000.0  # a Retry-After above this is capped
     allow_http_hosts: frozenset[str] = frozenset()  # hosts allowed plain http and private addresses
@@ -36,14 +38,16 @@ class WebhookConfig:
             check_seconds(getattr(self, name), name)
         if self.attempt_timeout is not None:
             check_seconds(self.attempt_timeout, "attempt_timeout")
-        if self.claim_batch < 1:
-            raise ConfigError(f"claim_batch must be >= 1, got {self.claim_batch}")
-        # A claimed batch is attempted one by one; the last one must still be
-        # inside its lease, or another worker reclaims it while we POST.
-        if self.claim_batch * self.attempt_budget >= self.attempt_lease:
+        for name in ("claim_batch", "max_in_flight"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        # A claimed batch is attempted max_in_flight at a time; the last round
+        # must still be inside its lease, or another worker reclaims it while we POST.
+        rounds = math.ceil(self.claim_batch / self.max_in_flight)
+        if rounds * self.attempt_budget >= self.attempt_lease:
             raise ConfigError(
-                f"attempt_lease ({self.attempt_lease}s) must exceed claim_batch x attempt timeout "
-                f"= {self.claim_batch * self.attempt_budget}s"
+                f"attempt_lease ({self.attempt_lease}s) must exceed ceil(claim_batch / max_in_flight) x attempt "
+                f"timeout = {rounds * self.attempt_budget}s"
             )
 
     @property
@@ -76,8 +80,12 @@ class WebhookConfig:
             kwargs["retry_schedule"] = tuple(
                 _number("WEBHOOK_RETRY_SCHEDULE", part) for part in env["WEBHOOK_RETRY_SCHEDULE"].split(",")
             )
-        if env.get("WEBHOOK_CLAIM_BATCH"):
-            kwargs["claim_batch"] = int(_number("WEBHOOK_CLAIM_BATCH", env["WEBHOOK_CLAIM_BATCH"]))
+        for var, field in (("WEBHOOK_CLAIM_BATCH", "claim_batch"), ("WEBHOOK_MAX_IN_FLIGHT", "max_in_flight")):
+            if env.get(var):
+                kwargs[field] = _count(var, env[var])
+        if env.get("WEBHOOK_SERIAL_PER_SUBSCRIPTION"):
+            kwargs["serial_per_subscription"] = _flag("WEBHOOK_SERIAL_PER_SUBSCRIPTION",
+                                                      env["WEBHOOK_SERIAL_PER_SUBSCRIPTION"])
         if env.get("WEBHOOK_ALLOW_HTTP_HOSTS"):
             hosts = (h.strip().lower() for h in env["WEBHOOK_ALLOW_HTTP_HOSTS"].split(","))
             kwargs["allow_http_hosts"] = frozenset(h for h in hosts if h)
@@ -86,6 +94,20 @@ class WebhookConfig:
         if env.get("WEBHOOK_CA_BUNDLE"):
             kwargs["ca_bundle"] = env["WEBHOOK_CA_BUNDLE"]
         return cls(**kwargs)  # type: ignore[arg-type]
+
+
+def _flag(var: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false", "1", "0"):
+        raise ConfigError(f"{var} must be true or false, got {text!r}")
+    return value in ("true", "1")
+
+
+def _count(var: str, text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError as exc:
+        raise ConfigError(f"{var} must be a whole number, got {text!r}") from exc
 
 
 def _number(var: str, text: str) -> float:

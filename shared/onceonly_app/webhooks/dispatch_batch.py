@@ -14,12 +14,17 @@ decides when SQS brings it back.
   the dead-letter queue as if it were malformed.
 
 The records before the outage are done and are not sent back (partial batch
-response), which is why the batch is not failed as a whole."""
+response), which is why the batch is not failed as a whole.
+
+The records run concurrently (lanes.py): at most ``max_in_flight`` at once,
+and, under WEBHOOK_SERIAL_PER_SUBSCRIPTION, the records of one subscription
+one after another in batch order. Each keeps its own outcome; the batch
+processor reads them in batch order."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor
@@ -27,8 +32,10 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from onceonly.errors import StoreUnavailableError
+from onceonly_app.budget import Budget
 
-from .messages import MalformedMessageError, parse_message
+from .lanes import run_in_lanes
+from .messages import DeliveryRequest, MalformedMessageError, parse_message
 from .service import DeadlineNearError, DispatchResult, WebhookService
 
 OUTAGE_VISIBILITY_FIRST = 60  # seconds before the first retry of a record an outage stopped
@@ -78,15 +85,47 @@ def outage_visibility(receive_count: int) -> int:
 
 
 class DispatchBatch:
-    """Per invocation: ``handle`` is the batch processor's record handler."""
+    """Per invocation: ``run`` handles every record (``handle`` each, concurrently),
+    then ``outcome`` is the batch processor's record handler."""
 
-    def __init__(self, service: WebhookService, remaining_ms: Callable[[], int],
-                 log: logging.Logger | Any) -> None:
+    def __init__(self, service: WebhookService, budget: Budget, log: logging.Logger | Any) -> None:
         self.service = service
-        self.remaining_ms = remaining_ms
+        self.budget = budget
         self.log = log
         self.outage: StoreUnavailableError | None = None
         self.stopped_by_outage: list[SQSRecord] = []
+        # By record, not messageId: a hostile batch may repeat one (SQS never does).
+        self._requests: dict[int, DeliveryRequest | MalformedMessageError] = {}
+        self._outcomes: dict[int, Future[DispatchResult]] = {}
+
+    def run(self, records: list[SQSRecord]) -> None:
+        """Handle every record, at most WEBHOOK_MAX_IN_FLIGHT at once (a
+        subscription's one by one in batch order under WEBHOOK_SERIAL_PER_SUBSCRIPTION);
+        returns when all have finished."""
+        futures = run_in_lanes(records, self._lane, self.handle, self.service.config.max_in_flight)
+        self._outcomes = {_key(record): future for record, future in zip(records, futures, strict=True)}
+
+    def outcome(self, record: SQSRecord) -> DispatchResult:
+        """What ``run`` made of ``record``: its result, or its exception raised."""
+        return self._outcomes[_key(record)].result()
+
+    def _lane(self, record: SQSRecord) -> str:
+        """Its subscription under WEBHOOK_SERIAL_PER_SUBSCRIPTION, else a lane of its own
+        (as is a malformed record's: it fails alone)."""
+        request = self._request(record)
+        if self.service.config.serial_per_subscription and not isinstance(request, MalformedMessageError):
+            return request.webhook_id
+        return record.message_id
+
+    def _request(self, record: SQSRecord) -> DeliveryRequest | MalformedMessageError:
+        """The record's message, parsed once (for its lane, then for its delivery)."""
+        key = _key(record)
+        if key not in self._requests:
+            try:
+                self._requests[key] = parse_message(record.body)
+            except MalformedMessageError as exc:
+                self._requests[key] = exc
+        return self._requests[key]
 
     def handle(self, record: SQSRecord) -> DispatchResult:
         context = {"message_id": record.message_id}
@@ -94,7 +133,10 @@ class DispatchBatch:
             self.stopped_by_outage.append(record)
             raise StoreUnavailableError("not tried: a store is unavailable in this batch") from self.outage
         try:
-            return self.service.dispatch(parse_message(record.body), self.remaining_ms)
+            request = self._request(record)
+            if isinstance(request, MalformedMessageError):
+                raise request
+            return self.service.dispatch(request, self.budget)
         except MalformedMessageError as exc:
             # The reason names the bad field; the body itself is never logged.
             self.log.warning("malformed record rejected", extra={**context, "reason": str(exc)})
@@ -128,3 +170,8 @@ class DispatchBatch:
                 continue
             changed += len(response.get("Successful", []))
         return changed
+
+
+def _key(record: SQSRecord) -> int:
+    """The record as the event holds it: the batch processor wraps the same dict again."""
+    return id(record.raw_event)

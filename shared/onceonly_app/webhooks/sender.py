@@ -5,7 +5,7 @@ deadline.
   certificate check keep the real host name, so a DNS answer that changes
   after the check is never used.
 - One deadline bounds connect, TLS handshake, headers and body together
-  (deadline.py): a watchdog shuts the socket down when it passes, so an endpoint
+  (budget.py, watchdog.py): a watchdog shuts the socket down when it passes, so an endpoint
   that trickles bytes cannot hold the attempt open read by read.
 - One connection per attempt, closed afterwards: nothing slow goes back to a
   pool. Redirects are never followed (http.client does not), no proxy is ever
@@ -22,10 +22,12 @@ from dataclasses import dataclass
 
 import certifi
 
+from onceonly_app.budget import Budget, DeadlineExceededError
+
 from .backoff import RETRY_AFTER_STATUSES
-from .deadline import Deadline, DeadlineExceededError, SocketWatchdog
 from .limits import MAX_RESPONSE_BYTES
 from .ssrf import Target
+from .watchdog import SocketWatchdog
 
 USER_AGENT = "onceonly-webhooks/0.1"
 
@@ -56,8 +58,8 @@ class WebhookSender:
         self._tls = ssl.create_default_context(cafile=ca_bundle or certifi.where())
 
     def post(self, target: Target, body: str, headers: dict[str, str],
-             deadline: Deadline | None = None) -> SendResult:
-        deadline = deadline or Deadline(self.attempt_timeout)
+             deadline: Budget | None = None) -> SendResult:
+        deadline = deadline or Budget.after(self.attempt_timeout)
         started = time.monotonic()
         watchdog = SocketWatchdog(deadline)
         sock: socket.socket | None = None
@@ -84,20 +86,21 @@ class WebhookSender:
             if sock is not None:
                 sock.close()
 
-    def _connect(self, target: Target, deadline: Deadline, watchdog: SocketWatchdog) -> socket.socket:
-        sock = socket.create_connection((target.address, target.port), timeout=deadline.timeout(self.connect_timeout))
+    def _connect(self, target: Target, deadline: Budget, watchdog: SocketWatchdog) -> socket.socket:
+        sock = socket.create_connection((target.address, target.port),
+                                        timeout=deadline.socket_timeout(self.connect_timeout))
         watchdog.watch(sock)
         if target.scheme == "https":
             # The handshake runs after the wrap, so the watchdog can cut it short too.
             sock = self._tls.wrap_socket(sock, server_hostname=target.host, do_handshake_on_connect=False)
             watchdog.watch(sock)
-            sock.settimeout(deadline.timeout(self.read_timeout))
+            sock.settimeout(deadline.socket_timeout(self.read_timeout))
             sock.do_handshake()
-        sock.settimeout(deadline.timeout(self.read_timeout))
+        sock.settimeout(deadline.socket_timeout(self.read_timeout))
         return sock
 
 
-def _reason(exc: BaseException, watchdog: SocketWatchdog, deadline: Deadline) -> str:
+def _reason(exc: BaseException, watchdog: SocketWatchdog, deadline: Budget) -> str:
     """A short error text: the class of failure, never the request body."""
     if watchdog.fired or isinstance(exc, DeadlineExceededError) or deadline.remaining() <= 0:
         return "timeout: the attempt's deadline passed"

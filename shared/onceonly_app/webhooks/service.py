@@ -12,6 +12,8 @@ outcome does to the delivery record and the due queue.
   claim that fails does not stop the run, only an unavailable store does.
 - Every attempt has one deadline (attempt_budget) for its DNS lookup and its
   whole request, and is only started when the invocation has that much time left.
+- The claims of one batch are attempted concurrently (max_in_flight at once,
+  lanes.py), each with its own fence, outcome and report.
 """
 
 from __future__ import annotations
@@ -21,17 +23,18 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from onceonly import Claim, Queue, QueueDepth
 from onceonly.errors import StoreUnavailableError
+from onceonly_app.budget import Budget
 
 from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
-from .deadline import Deadline
 from .deliveries import AttemptInput, DeliveryRepository, Outcome, Subscription, delivery_id_for
 from .endpoint_limits import EndpointGate
+from .lanes import run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
 from .signing import signed_headers
@@ -94,6 +97,12 @@ class RetryReport:
     queue_depth: QueueDepth | None = None
     attempts: list[AttemptReport] = field(default_factory=list)
 
+    def add(self, other: RetryReport) -> None:
+        """Count ``other`` (one claim's report, made in its own thread) into this one."""
+        for name in COUNTED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.attempts.extend(other.attempts)
+
     def count(self, report: AttemptReport) -> None:
         self.attempts.append(report)
         if not report.recorded:
@@ -128,18 +137,22 @@ class WebhookService:
         self.gate = gate  # per-endpoint limits; None: unlimited
 
     # -- dispatch -------------------------------------------------------------
-    def has_time_for_attempt(self, remaining_ms: Callable[[], int]) -> bool:
-        """Whether an attempt started now ends (deadline) with the margin still left."""
-        return remaining_ms() / 1000 > self.config.deadline_margin + self.config.attempt_budget
+    def invocation_budget(self, context: Any) -> Budget:
+        """A Lambda invocation's time, WEBHOOK_DEADLINE_MARGIN kept back for recording and acking."""
+        return Budget.of_lambda(context, reserve=self.config.deadline_margin)
 
-    def dispatch(self, request: DeliveryRequest, remaining_ms: Callable[[], int] | None = None) -> DispatchResult:
+    def has_time_for_attempt(self, budget: Budget) -> bool:
+        """Whether an attempt started now ends (deadline) with the margin still left."""
+        return budget.allows(self.config.attempt_budget)
+
+    def dispatch(self, request: DeliveryRequest, budget: Budget | None = None) -> DispatchResult:
         """Create the delivery of ``request`` and make its first attempt, once.
         Raises UnknownWebhookError (the record fails alone and goes to the DLQ),
-        DeadlineNearError before doing anything if ``remaining_ms`` leaves too
+        DeadlineNearError before doing anything if ``budget`` leaves too
         little time, StoreUnavailableError if a store cannot be reached."""
-        if remaining_ms is not None and not self.has_time_for_attempt(remaining_ms):
-            raise DeadlineNearError(f"{remaining_ms()} ms left, an attempt needs up to "
-                                    f"{self.config.attempt_budget + self.config.deadline_margin:g} s")
+        if budget is not None and not self.has_time_for_attempt(budget):
+            raise DeadlineNearError(f"{budget.left():.1f} s left after the margin, an attempt needs up to "
+                                    f"{self.config.attempt_budget:g} s")
         if self.repo.subscription(request.webhook_id) is None:
             raise UnknownWebhookError(f"unknown webhook_id {request.webhook_id!r}")
         delivery_id = self.repo.create(request)
@@ -176,36 +189,56 @@ class WebhookService:
         return DispatchResult(delivery_id, "duplicate")
 
     # -- retry ----------------------------------------------------------------
-    def run_retries(self, remaining_ms: Callable[[], int]) -> RetryReport:
+    def run_retries(self, budget: Budget) -> RetryReport:
         """Claim due deliveries in batches and attempt them until nothing is due or
         the invocation nears its deadline. Safe on any number of concurrent workers:
         the queue hands each due item to one claimer, and the fence refuses the
         writes of a holder whose lease was reclaimed."""
         report = RetryReport()
-        while self.has_time_for_attempt(remaining_ms):
+        while self.has_time_for_attempt(budget):
             claims = self.queue.claim(limit=self.config.claim_batch, lease=self.config.attempt_lease)
             if not claims:
                 break
             report.claimed += len(claims)
             to_ack: list[Claim] = []
-            try:
-                for claim in claims:
-                    self._process_claim(claim, remaining_ms, report, to_ack)
-            finally:
-                # The finished claims are acked even when a store outage ends the
-                # run: the outage's own claims come back when their leases end.
-                if to_ack:
-                    report.claims_contended += self.queue.ack_many(to_ack).count(False)
+            outage = self._process_claims(claims, budget, report, to_ack)
+            # The finished claims are acked even when a store outage ends the
+            # run: the outage's own claims come back when their leases end.
+            if to_ack:
+                report.claims_contended += self.queue.ack_many(to_ack).count(False)
+            if outage is not None:
+                raise outage
         report.queue_depth = self.queue.depth()
         return report
 
-    def _process_claim(self, claim: Claim, remaining_ms: Callable[[], int], report: RetryReport,
+    def _process_claims(self, claims: list[Claim], budget: Budget, report: RetryReport,
+                        to_ack: list[Claim]) -> StoreUnavailableError | None:
+        """Process one claimed batch, max_in_flight claims at once, each counted in
+        its own report (merged into ``report``). Once a store is unavailable, the
+        claims not started yet are left to their leases; returns that outage."""
+        outage: list[StoreUnavailableError] = []
+
+        def process(claim: Claim) -> RetryReport:
+            own = RetryReport()
+            if not outage:
+                try:
+                    self._process_claim(claim, budget, own, to_ack)
+                except StoreUnavailableError as exc:
+                    outage.append(exc)
+            return own
+
+        # Every claim is its own lane: retries keep no order (docs/webhooks.md).
+        for done in run_in_lanes(claims, lambda claim: claim.item_id, process, self.config.max_in_flight):
+            report.add(done.result())
+        return outage[0] if outage else None
+
+    def _process_claim(self, claim: Claim, budget: Budget, report: RetryReport,
                        to_ack: list[Claim]) -> None:
         """One claim, isolated: a failure that belongs to this claim alone is logged
         and counted, and the run goes on; its lease runs out and it is claimed
         again (the attempt, if it started, was counted). A store that cannot be
         reached (StoreUnavailableError) ends the run: the next claims would fail too."""
-        if not self.has_time_for_attempt(remaining_ms) or \
+        if not self.has_time_for_attempt(budget) or \
                 claim.lease_expires_at - self.clock() <= self.config.attempt_budget:
             # Too late to finish inside the deadline or the lease: hand it
             # back now instead of leaving it locked until the lease ends.
@@ -319,7 +352,7 @@ class WebhookService:
         if not subscription.enabled:
             # Kept, not attempted: enabling the subscription delivers it (no event is lost).
             return Outcome("disabled", "held", None, HELD_ERROR, None)
-        deadline = Deadline(self.config.attempt_budget)  # one for the DNS lookup and the whole request
+        deadline = Budget.after(self.config.attempt_budget)  # one for the DNS lookup and the whole request
         try:
             target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
         except UnsafeTargetError as exc:
@@ -356,6 +389,9 @@ class WebhookService:
             return Outcome("failed", "dead", result.status_code,
                            f"{result.error} (last of {self.policy.max_attempts} attempts)", None)
         return Outcome("failed", "retrying", result.status_code, result.error, self.clock() + delay)
+
+
+COUNTED = tuple(f.name for f in fields(RetryReport) if f.type == "int")
 
 
 def _generation_of(claim: Claim) -> int:

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .deadline import Deadline, DeadlineExceededError, resolve_within
+from onceonly_app.budget import Budget, DeadlineExceededError
+
+from .watchdog import resolve_within
 
 Resolver = Callable[..., list[Any]]
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -84,7 +86,7 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
 
 
 def check_target(url: str, allow_http_hosts: Collection[str] = (),
-                 resolver: Resolver | None = None, deadline: Deadline | None = None) -> Target:
+                 resolver: Resolver | None = None, deadline: Budget | None = None) -> Target:
     """Validate ``url`` and resolve its host once. Returns the Target to connect
     to; raises UnsafeTargetError before any connection is made, and
     UnresolvableHostError when DNS gives no answer (by ``deadline``, if given).

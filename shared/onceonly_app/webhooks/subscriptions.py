@@ -87,13 +87,16 @@ class Enabled:
 def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: Iterable[str] | None = None, *,
         actor: str = APP_ACTOR, subscription_id: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, rate_per_second: float = DEFAULT_RATE_PER_SECOND,
-        allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> Added:
+        new_tenant: bool = False, allow_http_hosts: Collection[str] = (),
+        resolver: Resolver | None = None) -> Added:
     """Subscribe ``url`` to ``tenant_id``'s events of ``event_types`` (None: every
     type), at most ``max_in_flight`` requests at once and ``rate_per_second``,
     and return its id (``subscription_id``, or a fresh ``wh_…``) and new
     secret. ``allow_http_hosts`` and ``resolver`` are the sender's
     (WebhookConfig): the URL must pass the same SSRF guard as at send time.
-    Raises InvalidSubscriptionError; nothing is written then."""
+    ``new_tenant``: register the tenant with billing's defaults first, if
+    billing does not know it (a fresh deployment). Raises
+    InvalidSubscriptionError; nothing is written then."""
     if subscription_id is None:
         subscription_id = f"wh_{secrets.token_hex(8)}"
     webhook_id = _check_id("subscription id", subscription_id)
@@ -103,17 +106,19 @@ def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: It
     limits = check_limits(max_in_flight, rate_per_second)
     secret = new_secret()
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        if new_tenant:
+            cur.execute(SQL["register_tenant"], {"tenant_id": tenant_id})
         known = cur.execute(SQL["tenant_known"], {"tenant_id": tenant_id}).fetchone()
         if not (known and known["known"]):
             raise InvalidSubscriptionError(f"unknown tenant {tenant_id!r}: billing has no settings, invoices, "
-                                           "schedules or receiving accounts for it")
+                                           "schedules or receiving accounts for it (--new-tenant registers it)")
         created = cur.execute(SQL["insert_subscription"], {"webhook_id": webhook_id, "tenant_id": tenant_id,
                                                            "url": url, "secret": secret,
                                                            "event_types": types, **limits}).fetchone()
         if created is None:
             raise InvalidSubscriptionError(f"subscription id {webhook_id!r} is taken")
         _record(conn, webhook_id, "add", actor, {"tenant_id": tenant_id, "url": url, "event_types": types,
-                                                 **limits})
+                                                 **limits, **({"new_tenant": True} if new_tenant else {})})
     return Added(webhook_id, secret)
 
 

@@ -72,6 +72,11 @@ SELECT EXISTS (SELECT 1 FROM billing_tenants WHERE tenant_id = %(tenant_id)s)
     OR EXISTS (SELECT 1 FROM billing_schedules WHERE tenant_id = %(tenant_id)s)
     OR EXISTS (SELECT 1 FROM payment_accounts WHERE tenant_id = %(tenant_id)s) AS known;
 
+-- name: register_tenant --
+-- In: tenant_id. Billing's settings row with the defaults (time zone UTC), if
+-- it has none: `subscriptions add --new-tenant` on a fresh deployment.
+INSERT INTO billing_tenants (tenant_id) VALUES (%(tenant_id)s) ON CONFLICT (tenant_id) DO NOTHING;
+
 -- name: insert_subscription --
 -- In: webhook_id, tenant_id, url, secret, event_types (text[] or NULL: every
 -- type), max_in_flight, rate_per_second. Out: the new row's id, or NO row when

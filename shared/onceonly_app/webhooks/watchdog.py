@@ -1,5 +1,6 @@
-"""One deadline for everything an attempt waits on: the DNS lookup, the connect,
-the TLS handshake, the response headers and the body.
+"""One deadline (a Budget, onceonly_app/budget.py) for everything an attempt
+waits on: the DNS lookup, the connect, the TLS handshake, the response headers
+and the body.
 
 Socket timeouts alone cannot give that: they bound each read, so an endpoint
 that trickles a byte a second keeps a request open for as long as it likes.
@@ -13,31 +14,10 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-
-class DeadlineExceededError(TimeoutError):
-    """The attempt's deadline passed before it finished."""
-
-
-class Deadline:
-    """An instant on the monotonic clock."""
-
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self.at = clock() + seconds
-
-    def remaining(self) -> float:
-        return max(0.0, self.at - self._clock())
-
-    def timeout(self, cap: float | None = None) -> float:
-        """A socket timeout that ends by the deadline; raises when it has passed."""
-        left = self.remaining()
-        if left <= 0:
-            raise DeadlineExceededError("the attempt's deadline passed")
-        return left if cap is None else min(cap, left)
+from onceonly_app.budget import Budget, DeadlineExceededError
 
 
 class SocketWatchdog:
@@ -47,7 +27,7 @@ class SocketWatchdog:
     shutdown and the stop exclusive, so the watchdog never touches a file
     descriptor that was closed (and maybe reused) after the attempt ended."""
 
-    def __init__(self, deadline: Deadline) -> None:
+    def __init__(self, deadline: Budget) -> None:
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._stopped = False
@@ -90,7 +70,7 @@ def _shutdown(sock: socket.socket) -> None:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-def resolve_within(resolve: Callable[..., list[Any]], host: str, port: int, deadline: Deadline) -> list[Any]:
+def resolve_within(resolve: Callable[..., list[Any]], host: str, port: int, deadline: Budget) -> list[Any]:
     """``resolve(host, port, type=SOCK_STREAM)`` in a daemon thread, waited for no
     longer than the deadline. Raises DeadlineExceededError when it is not back in
     time; exceptions of the lookup itself are re-raised here."""

@@ -1,0 +1,16 @@
+"""The contract suite runs on every backend, and on PostgreSQL a second time
+through a real transaction-mode PgBouncer (what a deployment behind PgBouncer,
+RDS Proxy or Supavisor gets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import BACKENDS
+
+CONTRACT_BACKENDS = [*BACKENDS, "postgres_pgbouncer"]
+
+
+@pytest.fixture(params=CONTRACT_BACKENDS, ids=[b.replace("_", "-") for b in CONTRACT_BACKENDS])
+def store_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(f"{request.param}_url"))
