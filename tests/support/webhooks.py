@@ -33,12 +33,20 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(6)}"
 
 
+# The per-endpoint limits' upper bounds: the tests of other features count claims
+# and attempts exactly, which a held-back attempt (claimed again) would change.
+# The limits' own tests create capped subscriptions (test_webhooks_endpoint_limits.py).
+UNLIMITED = {"max_in_flight": 1000, "rate_per_second": 10000.0}
+
+
 def create_subscription(postgres_url: str, url: str, secret: str, *, enabled: bool = True,
                         webhook_id: str | None = None, tenant_id: str = TENANT) -> str:
     webhook_id = webhook_id or new_id("wh")
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, enabled)"
-                     " VALUES (%s, %s, %s, %s, %s)", (webhook_id, tenant_id, url, secret, enabled))
+        conn.execute("INSERT INTO webhook_subscriptions (id, tenant_id, url, secret, enabled, max_in_flight,"
+                     " rate_per_second) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                     (webhook_id, tenant_id, url, secret, enabled, UNLIMITED["max_in_flight"],
+                      UNLIMITED["rate_per_second"]))
     return webhook_id
 
 
