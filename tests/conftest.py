@@ -163,7 +163,17 @@ _PROCESS_HEAVY = (
 )
 
 
+# `sam build` keeps its cached dependencies in the repo's .aws-sam/deps
+# (samconfig.toml: cached = true): two builds at once clobber each other's.
+_SAM_BUILDS = (
+    "tests/integration/test_template.py",
+    "tests/integration/test_schema_deploy.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(_PROCESS_HEAVY):
             item.add_marker(pytest.mark.xdist_group("processes"))
+        elif item.nodeid.startswith(_SAM_BUILDS):
+            item.add_marker(pytest.mark.xdist_group("sam-build"))

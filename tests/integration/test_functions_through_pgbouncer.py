@@ -23,6 +23,7 @@ from tests.integration.test_jobs_overdue import (
 from tests.integration.test_webhooks_retry import (
     test_a_failed_first_attempt_is_retried_with_the_same_webhook_id as failed_attempt_is_retried,
 )
+from tests.support import jobs_data as data
 from tests.support.pgbouncer import PgBouncer
 from tests.support.scratch import scratch_database
 from tests.support.webhooks import new_id, webhook_env
@@ -63,6 +64,8 @@ def test_webhook_dispatch_and_retry_through_pgbouncer(
 
 def test_overdue_invoices_job_through_pgbouncer(
         pooled_db_pool: ConnectionPool, pooled_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    with data.connect(jobs_db) as conn:
+        data.ledger_read(conn, unique)  # the payment watcher has read the ledger: dunning is not held back
     overdue_moves_each_invoice_once(pooled_db_pool, pooled_store, jobs_db, unique)
 
 
