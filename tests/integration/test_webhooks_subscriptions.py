@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -64,6 +64,9 @@ def test_events_for_a_disabled_subscription_are_held_then_delivered_in_order_on_
     env: dict[str, str], webhook_db: str, store: onceonly.Store, queue_name: str, receiver: WebhookReceiver,
     conn: psycopg.Connection, store_url: str,
 ) -> None:
+    # The release's order shows on the wire when one worker sends one record at
+    # a time (by default a claimed batch's records go concurrently: docs/webhooks.md "Ordering").
+    env = {**env, "WEBHOOK_MAX_IN_FLIGHT": "1"}
     webhook_id = subscribe(webhook_db, receiver)
     events = [new_id("evt") for _ in range(5)]
     ids = [delivery_id_for(webhook_id, e) for e in events]
@@ -315,13 +318,16 @@ def test_the_subscriptions_command_disables_enables_and_deletes(webhook_db: str,
     assert disabled.returncode == 0, disabled.stderr
     sub = subscription(webhook_db, webhook_id)
     assert (sub["enabled"], sub["disabled_reason"]) == (False, "moving hosts")
-    enabled = run_cli("subscriptions", "enable", webhook_id, "--database", webhook_db)
+    # enable queues the held deliveries: a store of the test's own, set up (not the user's default)
+    with closing(onceonly.connect(webhook_db)) as own_store:
+        own_store.setup()
+    enabled = run_cli("subscriptions", "enable", webhook_id, "--database", webhook_db, "--store", webhook_db)
     assert enabled.returncode == 0 and "0 held deliveries queued" in enabled.stdout, enabled.stderr
     assert subscription(webhook_db, webhook_id)["enabled"] is True
     deleted = run_cli("subscriptions", "delete", webhook_id, "--database", webhook_db)
     assert deleted.returncode == 0, deleted.stderr
     assert subscription(webhook_db, webhook_id)["deleted_at"] is not None
-    again = run_cli("subscriptions", "enable", webhook_id, "--database", webhook_db)
+    again = run_cli("subscriptions", "enable", webhook_id, "--database", webhook_db, "--store", webhook_db)
     assert again.returncode == 1 and "was deleted" in one_line_error(again)
     unknown = run_cli("subscriptions", "delete", new_id("no-such"), "--database", webhook_db)
     assert unknown.returncode == 1 and "unknown subscription" in one_line_error(unknown)
