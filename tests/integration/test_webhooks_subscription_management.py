@@ -96,7 +96,10 @@ def test_a_name_resolving_to_an_internal_address_is_refused_and_one_to_an_allowe
 
 
 def test_an_unknown_tenant_or_event_type_and_a_bad_id_are_refused_and_nothing_is_written(
-        conn: psycopg.Connection, tenant: str) -> None:
+        conn: psycopg.Connection, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # validation only: nothing here may open a socket (one update names a private address)
+    monkeypatch.setattr(socket, "create_connection", _no_connection)
+    monkeypatch.setattr(socket.socket, "connect", _no_connection)
     url = "http://127.0.0.1:9/"
     unknown_tenant = new_id("no-such-tenant")
     with pytest.raises(InvalidSubscriptionError, match="unknown tenant"):
