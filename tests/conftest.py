@@ -171,9 +171,17 @@ _SAM_BUILDS = (
 )
 
 
+# Tests sharing one costly run (a session fixture): on one worker, so it runs once.
+_SHARED_RUNS = ("tests/bench_smoke/test_bench_smoke.py",)
+
+
+# tryfirst: xdist's own hook reads the groups to name the items, so they must be set before it runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(_PROCESS_HEAVY):
             item.add_marker(pytest.mark.xdist_group("processes"))
         elif item.nodeid.startswith(_SAM_BUILDS):
             item.add_marker(pytest.mark.xdist_group("sam-build"))
+        elif item.nodeid.startswith(_SHARED_RUNS):
+            item.add_marker(pytest.mark.xdist_group("bench-smoke"))

@@ -23,7 +23,7 @@ HEADINGS = ("## Targets", "## Claim + ack, per store", "### PostgreSQL", "### Re
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one run per worker, whatever runs between its tests
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
     done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--out", str(out)], cwd=REPO_ROOT,

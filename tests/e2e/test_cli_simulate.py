@@ -89,7 +89,7 @@ class SimulateRun:
     tmp: Path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker, whatever runs between its tests
 def crash_run(tmp_path_factory: pytest.TempPathFactory) -> SimulateRun:
     tmp = tmp_path_factory.mktemp("simulate")
     html = tmp / "report.html"
@@ -304,7 +304,7 @@ def test_html_report_is_self_contained_and_holds_the_chart_data(crash_run: Simul
     assert "https://" not in html and "src=" not in html
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker, whatever runs between its tests
 def all_run(tmp_path_factory: pytest.TempPathFactory) -> SimulateRun:
     """The same small workload on each store, each on a fresh local stand-in."""
     tmp = tmp_path_factory.mktemp("simulate-all")

@@ -58,7 +58,7 @@ def request(kind: str, cfn: ResponseUrl, props: dict[str, str], old: dict[str, s
     return event
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one build per worker, whatever runs between its tests
 def built(tmp_path_factory: pytest.TempPathFactory) -> BuiltFunction:
     return build(tmp_path_factory.mktemp("sam"))
 
