@@ -150,9 +150,9 @@ def unique() -> str:
     return f"t-{secrets.token_hex(6)}"
 
 
-# Under pytest-xdist (`-n 2 --dist loadgroup`), the runs of eight processes
-# and the simulate runs share one worker: two of them at once would only slow
-# each other down. Smaller races spread over both workers.
+# Under pytest-xdist (`-n 3 --dist loadgroup`, scripts/test), the runs of eight
+# processes and the simulate runs share one worker: two of them at once would
+# only slow each other down. Smaller races spread over the other workers.
 _PROCESS_HEAVY = (
     "tests/concurrency/test_webhooks_replicas.py",
     "tests/concurrency/test_jobs_replicas.py",
@@ -171,10 +171,6 @@ _SAM_BUILDS = (
 )
 
 
-# Tests sharing one costly run (a session fixture): on one worker, so it runs once.
-_SHARED_RUNS = ("tests/bench_smoke/test_bench_smoke.py",)
-
-
 # tryfirst: xdist's own hook reads the groups to name the items, so they must be set before it runs.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -183,5 +179,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("processes"))
         elif item.nodeid.startswith(_SAM_BUILDS):
             item.add_marker(pytest.mark.xdist_group("sam-build"))
-        elif item.nodeid.startswith(_SHARED_RUNS):
-            item.add_marker(pytest.mark.xdist_group("bench-smoke"))
