@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,29 @@ from typing import Any
 CTX = multiprocessing.get_context("spawn")  # no inherited sockets or pool threads
 BARRIER_TIMEOUT = 120.0
 PING = "race:ping"  # a lease name nobody takes: inspect() on it is one read-only round trip
+
+
+class StartLine:
+    """A barrier whose ``wait`` returns only once every worker has passed it and
+    is running again. A plain barrier lets its waiters go one by one (each
+    re-takes one lock): on a loaded machine the first one out can do all its
+    work, say forty Redis round trips, before the last one leaves, and nothing
+    races. Here each one, once out, waits for all the others to be out too."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._barrier = CTX.Barrier(count)
+        self._out = CTX.Value("i", 0)
+
+    def wait(self, timeout: float | None = None) -> None:
+        self._barrier.wait(timeout)
+        with self._out.get_lock():
+            self._out.value += 1
+        deadline = time.monotonic() + (BARRIER_TIMEOUT if timeout is None else timeout)
+        while self._out.value < self._count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {self._out.value} of {self._count} workers passed the start line")
+            time.sleep(0.0005)
 
 
 class History:
@@ -61,7 +85,7 @@ def run_workers(
     that ``won`` accepts (every event carries its ``worker``), and return every
     history event."""
     history_dir.mkdir(parents=True, exist_ok=True)
-    barrier = CTX.Barrier(count)
+    barrier = StartLine(count)
     procs = [
         CTX.Process(target=target, args=(n, barrier, history_dir / f"worker-{n}.jsonl", *args))
         for n in range(count)

@@ -28,7 +28,7 @@ def ready_url(store_url: str) -> str:
 
 
 def test_each_name_is_granted_once(ready_url: str, unique: str, tmp_path: Path) -> None:
-    names = [f"{unique}-{i}" for i in range(40)]
+    names = [f"{unique}-{i}" for i in range(100)]
     history = run_workers(store_workers.acquire_each_once, WORKERS, tmp_path, ready_url, names,
                           won=lambda grant: True)
     granted = defaultdict(list)

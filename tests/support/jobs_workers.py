@@ -26,6 +26,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from tests.concurrency.race import StartLine
+
 REPO = Path(__file__).resolve().parents[2]
 CTX = multiprocessing.get_context("spawn")
 
@@ -94,7 +96,7 @@ class Replicas:
 
     def run_together(self, invocation: Invocation, count: int = 8, timeout: float = 120.0) -> list[dict[str, Any]]:
         """``count`` processes released by one barrier; returns their records."""
-        barrier = CTX.Barrier(count)
+        barrier = StartLine(count)
         procs = [self.start(invocation, name=f"replica-{n}", barrier=barrier, n=n) for n in range(count)]
         for proc in procs:
             self.join(proc, timeout)
@@ -107,7 +109,7 @@ class Replicas:
         then, so every other one met the tick while it ran, however the machine
         schedules them. (The job's DATABASE_URL needs a ``?timeout=`` above the
         wait: a statement blocked longer than the default bound is cancelled.)"""
-        barrier = CTX.Barrier(count)
+        barrier = StartLine(count)
         names = [f"replica-{n}" for n in range(count)]
         deadline = time.monotonic() + timeout
         with table_locked(db_url, table):
