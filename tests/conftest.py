@@ -150,9 +150,9 @@ def unique() -> str:
     return f"t-{secrets.token_hex(6)}"
 
 
-# Under pytest-xdist (`-n 3 --dist loadgroup`, scripts/test), the runs of eight
+# Under pytest-xdist (`-n 2 --dist loadgroup`, scripts/test), the runs of eight
 # processes and the simulate runs share one worker: two of them at once would
-# only slow each other down. Smaller races spread over the other workers.
+# only slow each other down. Smaller races spread over both workers.
 _PROCESS_HEAVY = (
     "tests/concurrency/test_webhooks_replicas.py",
     "tests/concurrency/test_jobs_replicas.py",
@@ -165,9 +165,11 @@ _PROCESS_HEAVY = (
 
 # `sam build` keeps its cached dependencies in the repo's .aws-sam/deps
 # (samconfig.toml: cached = true): two builds at once clobber each other's.
+# The library wheel's build writes build/ in the source tree: kept apart from them too.
 _SAM_BUILDS = (
     "tests/integration/test_template.py",
     "tests/integration/test_schema_deploy.py",
+    "tests/unit/test_packaging.py",
 )
 
 

@@ -56,7 +56,10 @@ def _feed(webhook_ids: list[str], rng: random.Random) -> tuple[list[str], list[l
 
 
 def _env(db: str, store_url: str) -> dict[str, str]:
-    return webhook_env(db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"))
+    # A slow answer would leave its delivery to a retry worker, which these runs do
+    # not have: eight replicas of ten requests each can keep the receiver's answers
+    # waiting on a loaded machine, so the read timeout is generous.
+    return webhook_env(db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), WEBHOOK_READ_TIMEOUT="20")
 
 
 def test_dispatch_replicas_post_each_delivery_exactly_once(
