@@ -18,7 +18,8 @@ NO_FALLBACK_DATABASE = "postgresql://no-fallback-in-tests@127.0.0.1:1/pass_datab
 
 
 def run_cli(*args: str, cwd: Path = REPO_ROOT, timeout: float = 120,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            env: dict[str, str] | None = None, refuse_sockets: bool = False) -> subprocess.CompletedProcess[str]:
+    """``refuse_sockets``: the command may open no Python socket (tests/support/cli_without_sockets.py)."""
     assert ONCEONLY.exists(), f"{ONCEONLY} missing: run `pip install -e .` in {REPO_ROOT}"
     given = env or {}
     child_env = dict(os.environ if env is None else env)
@@ -26,7 +27,11 @@ def run_cli(*args: str, cwd: Path = REPO_ROOT, timeout: float = 120,
     child_env["DATABASE_URL"] = given.get("DATABASE_URL", NO_FALLBACK_DATABASE)
     if "ONCEONLY_STORE_URL" not in given:
         child_env.pop("ONCEONLY_STORE_URL", None)
-    return subprocess.run([str(ONCEONLY), *args], cwd=cwd, capture_output=True, text=True,
+    command = [str(ONCEONLY)]
+    if refuse_sockets:
+        command = [sys.executable, "-m", "tests.support.cli_without_sockets"]
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+    return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=child_env)
 
 

@@ -211,7 +211,9 @@ def test_the_command_adds_lists_shows_updates_rotates_with_json_and_records_the_
     assert [(r["action"], r["actor"]) for r in _audit(conn, webhook_id)] == [
         ("add", getpass.getuser()), ("update", "ops-bot"), ("rotate-secret", getpass.getuser())]
 
-    refused = run_cli("subscriptions", "add", "--tenant", tenant, "--url", "https://10.0.0.1/", env=cli_env)
+    # refused before any connection: the command runs with every Python socket connect refused
+    refused = run_cli("subscriptions", "add", "--tenant", tenant, "--url", "https://10.0.0.1/", env=cli_env,
+                      refuse_sockets=True)
     assert refused.returncode == 1 and "private" in one_line_error(refused)
     no_tenant = run_cli("subscriptions", "add", "--tenant", new_id("ghost"), "--url", "http://127.0.0.1:9/",
                         env=cli_env)
