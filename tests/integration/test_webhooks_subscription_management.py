@@ -65,6 +65,13 @@ def _no_connection(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError(f"a connection was attempted: {args}")
 
 
+@pytest.fixture
+def no_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Python socket may connect during the test (the database is libpq's, in C)."""
+    monkeypatch.setattr(socket, "create_connection", _no_connection)
+    monkeypatch.setattr(socket.socket, "connect", _no_connection)
+
+
 # -- validation ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("url", [
@@ -72,9 +79,7 @@ def _no_connection(*args: Any, **kwargs: Any) -> Any:
     "https://[::ffff:192.168.0.1]/", "ftp://example.test/", "https://user:pw@127.0.0.1/", "not a url",
 ])
 def test_a_url_the_ssrf_guard_refuses_is_refused_at_creation_before_any_connection(
-        conn: psycopg.Connection, tenant: str, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(socket, "create_connection", _no_connection)
-    monkeypatch.setattr(socket.socket, "connect", _no_connection)
+        conn: psycopg.Connection, tenant: str, url: str, no_sockets: None) -> None:
     before = _count(conn, "SELECT count(*) FROM webhook_subscriptions WHERE tenant_id = %s", tenant)
     with pytest.raises(InvalidSubscriptionError, match="URL refused"):
         subscriptions.add(conn, tenant, url)
@@ -96,10 +101,8 @@ def test_a_name_resolving_to_an_internal_address_is_refused_and_one_to_an_allowe
 
 
 def test_an_unknown_tenant_or_event_type_and_a_bad_id_are_refused_and_nothing_is_written(
-        conn: psycopg.Connection, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        conn: psycopg.Connection, tenant: str, no_sockets: None) -> None:
     # validation only: nothing here may open a socket (one update names a private address)
-    monkeypatch.setattr(socket, "create_connection", _no_connection)
-    monkeypatch.setattr(socket.socket, "connect", _no_connection)
     url = "http://127.0.0.1:9/"
     unknown_tenant = new_id("no-such-tenant")
     with pytest.raises(InvalidSubscriptionError, match="unknown tenant"):
