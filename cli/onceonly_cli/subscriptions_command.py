@@ -92,6 +92,10 @@ def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.Ar
     actions.add_parser("delete", help="soft-delete: no more events; unfinished deliveries end dropped")
     actions.add_parser("show", help="one subscription, its deliveries by status and its recorded changes")
     actions.add_parser("secret", help="print the secret it signs with now (the read is audited)")
+    history = actions.add_parser("attempts", help="its attempts, newest first: time, outcome, response code, "
+                                                  "latency, error (the last 7 days)")
+    history.add_argument("--delivery", metavar="DELIVERY_ID", help="only this delivery's (its webhook-id)")
+    history.add_argument("--limit", type=int, default=50, metavar="N", help="at most N attempts (default 50)")
     for name, action in actions.choices.items():
         if name not in ("add", "list"):
             action.add_argument("webhook_id", metavar="WEBHOOK_ID")
@@ -256,10 +260,26 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def _attempts(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.attempts import attempt_history
+
+    rows = attempt_history(conn, args.webhook_id, delivery_id=args.delivery, limit=args.limit)
+    table = Table(title=f"attempts of {args.webhook_id}" + (f", delivery {args.delivery}" if args.delivery else "")
+                  + f": {len(rows)} (newest first)", title_justify="left")
+    for column in ("time", "delivery (webhook-id)", "attempt", "outcome", "code", "latency ms", "error"):
+        table.add_column(column)
+    for row in rows:
+        outcome = row["outcome"] if row["recorded"] else f"{row['outcome']} (refused: stale holder)"
+        table.add_row(_iso(row["started_at"]), row["delivery_id"], f"{row['generation']}.{row['attempt'] or '-'}",
+                      outcome, str(row["response_code"] or "-"), f"{row['latency_ms']:g}", (row["error"] or "")[:60])
+    return Done({"id": args.webhook_id, "delivery": args.delivery, "attempts": rows}, table)
+
+
 STORE_ACTIONS = frozenset({"enable"})  # the others need only the domain database
 ACTIONS: dict[str, Callable[[Ops | None, psycopg.Connection[Any], argparse.Namespace], Done]] = {
     "add": _add, "list": _list, "show": _show, "update": _update, "rotate-secret": _rotate_secret,
     "disable": _disable, "enable": _enable, "delete": _delete, "secret": _secret,
+    "attempts": _attempts,
 }
 
 
@@ -308,11 +328,11 @@ def subscriptions_command(args: argparse.Namespace) -> int:
 
 def _run(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     """The action, with every error it can meet as one line."""
-    from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError, UnknownSubscriptionError
+    from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError
 
     try:
         return ACTIONS[args.action](ops, conn, args)
-    except (UnknownSubscriptionError, SubscriptionDeletedError, ValueError) as exc:
+    except (LookupError, SubscriptionDeletedError, ValueError) as exc:  # UnknownSubscriptionError among them
         raise CliError(str(exc)) from None
     except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
         raise missing_tables(exc) from None

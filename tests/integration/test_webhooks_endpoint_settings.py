@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_settings import MAX_HEADERS, request_headers
@@ -24,6 +22,7 @@ from onceonly_app.webhooks.signing import new_secret
 from onceonly_app.webhooks.subscriptions import InvalidSubscriptionError
 from onceonly_cli.receiver import Reply, WebhookReceiver
 from tests.e2e.cli_support import one_line_error, run_cli
+from tests.support.subscription_fixtures import LOCAL, add_subscription
 from tests.support.webhooks import (
     attempts,
     context,
@@ -35,41 +34,12 @@ from tests.support.webhooks import (
     scheduled_event,
     sqs_event,
     subscription,
-    webhook_env,
 )
 
-pytest_plugins = ("tests.support.webhook_fixtures", "tests.support.jobs_fixtures")
+pytest_plugins = ("tests.support.webhook_fixtures", "tests.support.jobs_fixtures",
+                  "tests.support.subscription_fixtures")
 
-LOCAL = frozenset({"127.0.0.1"})
 ABORT = (("webhook-delivery", "abort-message"),)
-
-
-@pytest.fixture
-def conn(webhook_db: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(webhook_db, autocommit=True) as connection:
-        yield connection
-
-
-@pytest.fixture
-def tenant(conn: psycopg.Connection) -> str:
-    name = new_id("tenant")
-    conn.execute("INSERT INTO billing_tenants (tenant_id) VALUES (%s)", (name,))
-    return name
-
-
-@pytest.fixture
-def pg_env(webhook_db: str, postgres_url: str, pg_store: onceonly.Store) -> dict[str, str]:
-    return webhook_env(webhook_db, postgres_url, WEBHOOK_QUEUE=new_id("webhook-retries"))
-
-
-def _add(conn: psycopg.Connection, tenant: str, receiver: WebhookReceiver, **settings: Any) -> tuple[str, str]:
-    """A subscription made through the API, to a new endpoint of ``receiver``; (id, secret)."""
-    secret = settings.pop("secret", None) or new_secret()
-    url = receiver.endpoint(new_id("ep"), secret)
-    added = subscriptions.add(conn, tenant, url, allow_http_hosts=LOCAL, secret=secret,
-                              max_in_flight=1000, rate_per_second=10000.0, **settings)
-    assert added.secret == secret
-    return added.id, secret
 
 
 def _audit(conn: psycopg.Connection, webhook_id: str) -> list[dict[str, Any]]:
@@ -84,7 +54,7 @@ def _audit(conn: psycopg.Connection, webhook_id: str) -> list[dict[str, Any]]:
 def test_abort_message_ends_the_delivery_aborted_with_no_more_attempts(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
         receiver: WebhookReceiver, first_status: int) -> None:
-    webhook_id, _ = _add(conn, tenant, receiver)
+    webhook_id, _ = add_subscription(conn, tenant, receiver)
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     # Either the first answer aborts, or a plain failure first and the retry's answer aborts.
@@ -108,7 +78,7 @@ def test_abort_message_ends_the_delivery_aborted_with_no_more_attempts(
 def test_a_success_with_the_abort_header_is_a_success(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
         receiver: WebhookReceiver) -> None:
-    webhook_id, _ = _add(conn, tenant, receiver)
+    webhook_id, _ = add_subscription(conn, tenant, receiver)
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     receiver.script(delivery_id, [Reply(200, headers=ABORT)])
@@ -120,7 +90,7 @@ def test_a_success_with_the_abort_header_is_a_success(
 def test_status_shows_aborted_deliveries(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
         receiver: WebhookReceiver) -> None:
-    webhook_id, _ = _add(conn, tenant, receiver)
+    webhook_id, _ = add_subscription(conn, tenant, receiver)
     event_id = new_id("evt")
     receiver.script(delivery_id_for(webhook_id, event_id), [Reply(409, headers=ABORT)])
     with lambda_env(pg_env) as (dispatch, _):
@@ -136,7 +106,8 @@ def test_status_shows_aborted_deliveries(
 def test_custom_headers_reach_the_receiver_and_never_replace_signature_headers_or_host(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
         receiver: WebhookReceiver) -> None:
-    webhook_id, _ = _add(conn, tenant, receiver, headers={"Authorization": "Bearer gw-token", "X-Route": "eu"})
+    webhook_id, _ = add_subscription(conn, tenant, receiver,
+                                     headers={"Authorization": "Bearer gw-token", "X-Route": "eu"})
     # A row written by other means (not through the checks) still cannot override them.
     conn.execute("UPDATE webhook_subscriptions SET headers = headers || %s::jsonb WHERE id = %s",
                  (json.dumps({"WEBHOOK-SIGNATURE": "v1,forged", "host": "evil.test", "Webhook-Id": "msg_forged",
@@ -220,7 +191,7 @@ def test_a_supplied_secret_signs_and_a_supplied_rotation_keeps_both_signing(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
         receiver: WebhookReceiver) -> None:
     migrated = new_secret()  # as another sender made it
-    webhook_id, _ = _add(conn, tenant, receiver, secret=migrated)
+    webhook_id, _ = add_subscription(conn, tenant, receiver, secret=migrated)
     assert subscriptions.current_secret(conn, webhook_id, actor="dave") == migrated
     rotated = new_secret()
     assert subscriptions.rotate_secret(conn, webhook_id, secret=rotated, actor="dave") == rotated
