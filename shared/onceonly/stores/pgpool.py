@@ -69,6 +69,7 @@ from .pg_connection import (
     is_rds_proxy_host,
     prepare_threshold_for,
 )
+from .pg_options import check_values
 from .timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, timeout_from
 
 POOL_MODE_OPTION = "pool_mode"
@@ -122,11 +123,13 @@ def _sets_own_statement_timeout(conninfo: str) -> bool:
 
 def bounded_conninfo(conninfo: str, timeout: float) -> str:
     """``conninfo`` plus the connect and TCP bounds it does not set (no startup
-    ``options``: poolers refuse them)."""
+    ``options``: poolers refuse them). Raises ConfigError for a malformed one,
+    or a value libpq would refuse only when connecting (pg_options)."""
     try:
         given = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+    check_values(given)
     half = timeout / 2
     defaults: dict[str, Any] = {
         "connect_timeout": max(2, math.ceil(half)),
