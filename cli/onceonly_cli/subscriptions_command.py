@@ -92,6 +92,13 @@ def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.Ar
     actions.add_parser("delete", help="soft-delete: no more events; unfinished deliveries end dropped")
     actions.add_parser("show", help="one subscription, its deliveries by status and its recorded changes")
     actions.add_parser("secret", help="print the secret it signs with now (the read is audited)")
+    recover = actions.add_parser("recover", help="send again its deliveries that failed (dead, expired, aborted, "
+                                                 "retrying) whose event happened in the window")
+    replay = actions.add_parser("replay", help="as recover, and its succeeded deliveries too (same webhook-ids)")
+    for parser in (recover, replay):
+        parser.add_argument("--since", required=True, type=_moment, metavar="TIME",
+                            help="ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z (events from then on)")
+        parser.add_argument("--until", type=_moment, metavar="TIME", help="events before this (default: now)")
     history = actions.add_parser("attempts", help="its attempts, newest first: time, outcome, response code, "
                                                   "latency, error (the last 7 days)")
     history.add_argument("--delivery", metavar="DELIVERY_ID", help="only this delivery's (its webhook-id)")
@@ -275,11 +282,34 @@ def _attempts(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Nam
     return Done({"id": args.webhook_id, "delivery": args.delivery, "attempts": rows}, table)
 
 
-STORE_ACTIONS = frozenset({"enable"})  # the others need only the domain database
+def _recover(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks import recovery
+
+    assert ops is not None  # STORE_ACTIONS: the command opened the store
+    run = recovery.replay if args.action == "replay" else recovery.recover
+    done = run(conn, ops.store.queue(ops.queue_name), args.webhook_id, args.since, args.until, actor=args.actor)
+    before = ", ".join(f"{status}: {n}" for status, n in sorted(done.previous.items())) or "none"
+    return Done({"id": args.webhook_id, "requeued": done.count, "previous": dict(done.previous),
+                 "deliveries": done.delivery_ids},
+                f"{args.webhook_id}: {done.count} deliveries queued again in event order, same webhook-ids "
+                f"(they were {before})")
+
+
+def _moment(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time, got {text!r}") from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time zone too (e.g. {text}Z), got {text!r}")
+    return moment
+
+
+STORE_ACTIONS = frozenset({"enable", "recover", "replay"})  # the others need only the domain database
 ACTIONS: dict[str, Callable[[Ops | None, psycopg.Connection[Any], argparse.Namespace], Done]] = {
     "add": _add, "list": _list, "show": _show, "update": _update, "rotate-secret": _rotate_secret,
     "disable": _disable, "enable": _enable, "delete": _delete, "secret": _secret,
-    "attempts": _attempts,
+    "attempts": _attempts, "recover": _recover, "replay": _recover,
 }
 
 
