@@ -8,6 +8,7 @@ sent again. The evidence is the receiver's own history of every request."""
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import psycopg
@@ -58,7 +59,7 @@ def test_recover_racing_live_retry_workers_never_posts_a_delivery_twice(
         assert all(p.verified for p in posts)
         # Exactly the requests the script needs: none twice, the success last, and never two at once.
         assert [p.status for p in posts] == [500] * (REQUESTS_EACH - 1) + [200], (delivery_id, posts)
-        assert all(later.received_at >= earlier.answered_at for earlier, later in zip(posts, posts[1:]))
+        assert all(later.received_at >= earlier.answered_at for earlier, later in pairwise(posts))
 
     # The race really happened: recover rounds re-queued deliveries waiting for a live retry while the
     # retry workers were delivering them.
