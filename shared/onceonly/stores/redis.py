@@ -42,7 +42,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.commands.core import Script
@@ -51,6 +50,7 @@ from redis.exceptions import NoScriptError
 from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, StoreUnavailableError
 from . import _common as common
+from .redis_url import split_url
 from .timeouts import TIMEOUT_OPTION, timeout_from
 
 DEFAULT_PREFIX = "onceonly"
@@ -128,15 +128,9 @@ def _text(value: bytes | str | None) -> str | None:
 
 
 def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """The URL without onceonly's own options, and those options (last one wins)."""
-    try:
-        parts = urlsplit(url)
-        options = parse_qsl(parts.query, keep_blank_values=True)
-    except ValueError as exc:
-        raise ConfigError(f"malformed Redis URL: {exc}") from exc
-    own = {key: value for key, value in options if key in STORE_OPTIONS}
-    driver_query = urlencode([(key, value) for key, value in options if key not in STORE_OPTIONS])
-    return urlunsplit(parts._replace(query=driver_query)), own
+    """The URL without onceonly's own options, and those options (last one
+    wins); every other option is checked against redis_url's table."""
+    return split_url(url, STORE_OPTIONS)
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -212,8 +206,9 @@ class RedisStore:
         ``allow_eviction=1`` to run on a server whose maxmemory-policy may evict
         keys (see the class docstring). ``timeout``
         (seconds) bounds every operation: half for connecting, half for the
-        reply. Redis-py's own URL options (e.g. ``socket_timeout``) pass through
-        and win over those defaults."""
+        reply. The redis-py options that :mod:`.redis_url` lists (e.g.
+        ``socket_timeout``) pass through and win over those defaults; any other
+        option is a ConfigError."""
         driver_url, options = _split_url(url)
         prefix = options.get("prefix", DEFAULT_PREFIX)
         common.check_name(prefix, "prefix")
