@@ -50,7 +50,7 @@ def test_overdue_invoices_once(job_scope: JobScope, replicas: Replicas, jobs_db:
         late = [data.add_invoice(conn, job_scope.tenant, due_at="2026-11-20T00:00:00Z") for _ in range(3)]
         data.add_invoice(conn, job_scope.tenant, due_at="2026-12-20T00:00:00Z")
         data.add_invoice(conn, job_scope.tenant, due_at="2026-11-20T00:00:00Z", status="paid")
-        data.ledger_read(conn, job_scope.job)  # the scope's payment watcher is not behind
+        data.ledger_read(conn, job_scope.job, tenant=job_scope.tenant)  # the scope's payment watcher is not behind
 
     records = race(replicas, jobs_db, job_scope, "overdue_invoices", "invoices")
 

@@ -79,7 +79,7 @@ class Billing:
 
     def ledger_read(self, until: datetime | str = "infinity") -> None:
         with data.connect(self.db) as conn:
-            data.ledger_read(conn, f"{self.job}-watcher", until)
+            data.ledger_read(conn, f"{self.job}-watcher", until, tenant=self.tenant)
 
     def pay(self, invoice: str, amount: str, at: datetime | None = None) -> None:
         self.fake.add(memo=invoice, amount=amount, asset_code="USDC", created_at=at)

@@ -23,8 +23,8 @@ the day ends.
 The payments are all in the API before the watcher's first tick, each at its
 ledger time: the credited ones above now, the scenarios' on time. The fake's
 ledger clock makes the watcher's first tick read the ledger only up to the day
-before the last overdue tick's (LEDGER_LAG later, so that much is read): the
-sub-cent payments, not the outage's. Then the API is down for the overdue and
+before the last overdue tick's (the fake has ingested up to its clock, so that
+much is read): the sub-cent payments, not the outage's. Then the API is down for the overdue and
 recurring runs, and back, with the clock at the real time, for the watcher's
 later ticks. Whichever run polls first applies them; a run killed mid-poll
 leaves its tick unfinished, so a retry of that tick polls the rest. The poller
@@ -42,8 +42,6 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-
-from onceonly_app.billing.payments_api import LEDGER_LAG
 
 from ..fake_payments import random_account
 from .billing_checks import due_day_end
@@ -212,7 +210,7 @@ class PaymentsLoad:
         the last overdue tick's), its later ticks (the whole ledger, after the
         outage), and what starts the outage (BillingLoad.cron_jobs)."""
         def read_to_the_day_before() -> None:
-            self.fake.clock = last_overdue_tick - timedelta(days=1) + LEDGER_LAG
+            self.fake.clock = last_overdue_tick - timedelta(days=1)
 
         def outage() -> None:
             self.fake.down = True
