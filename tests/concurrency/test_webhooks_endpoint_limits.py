@@ -7,6 +7,7 @@ attempt. Evidence: the receiver's history and the deliveries table."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -128,8 +129,22 @@ def test_the_rate_bucket_grants_at_most_a_burst_plus_the_rate_across_processes(
     assert len(grants) >= RATE  # the burst was granted
 
 
+def _emitted(output: str) -> Counter[str]:
+    """The metrics the handlers published (Powertools' EMF lines on stdout), summed by name."""
+    emitted: Counter[str] = Counter()
+    for line in output.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            record = json.loads(line)
+            for directive in record["_aws"]["CloudWatchMetrics"]:
+                for metric in directive["Metrics"]:
+                    value = record[metric["Name"]]
+                    emitted[metric["Name"]] += int(sum(value) if isinstance(value, list) else value)
+    return emitted
+
+
 def test_a_first_attempt_held_back_by_the_cap_is_delayed_without_using_an_attempt(
-    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver,
+    capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"))
     with psycopg.connect(webhook_db, autocommit=True) as conn:
@@ -147,6 +162,9 @@ def test_a_first_attempt_held_back_by_the_cap_is_delayed_without_using_an_attemp
                         context("dispatch")) == {"batchItemFailures": []}
         row = deliveries(webhook_db, [delivery_id])[delivery_id]
         assert (row["status"], row["attempts"]) == ("retrying", 0) and receiver.history() == []
+        # Counted as what it was, as the retry worker counts it: deferred, not failed.
+        emitted = _emitted(capsys.readouterr().out)
+        assert emitted["deliveries_deferred"] == 1 and emitted["deliveries_failed"] == 0, emitted
         time.sleep(HELD_BACK_DELAY[1])  # due again
         assert retry(scheduled_event(), context("retry", 20))["deferred"] >= 1
         assert receiver.history() == []  # still held back: the slot is taken

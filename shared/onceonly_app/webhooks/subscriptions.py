@@ -128,7 +128,8 @@ def update(conn: psycopg.Connection[Any], subscription_id: str, *, url: str | No
            allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> dict[str, Any]:
     """Give ``subscription_id`` a new ``url``, filter (``event_types``, or
     ``all_event_types``) and/or limits; returns the changed fields, old and new. A filter
-    applies to the events fanned out after this commits. Raises
+    applies to the events fanned out after this commits. An update that changes
+    nothing writes nothing (no audit row) and returns {}. Raises
     InvalidSubscriptionError, UnknownSubscriptionError, SubscriptionDeletedError."""
     if event_types is not None and all_event_types:
         raise InvalidSubscriptionError("name event types or all of them, not both")
@@ -141,11 +142,13 @@ def update(conn: psycopg.Connection[Any], subscription_id: str, *, url: str | No
     with conn.transaction():
         _lock(conn, subscription_id)
         before = show(conn, subscription_id)
-        conn.execute(SQL["update_subscription"], {"webhook_id": subscription_id, "url": url,
-                                                  "event_types": types, "set_event_types": set_types, **limits})
         wanted = {"url": url, **limits, **({"event_types": types} if set_types else {})}
         changed = {name: {"from": before[name], "to": value} for name, value in wanted.items()
                    if (value is not None or name == "event_types") and value != before[name]}
+        if not changed:
+            return changed  # the stored row is what was asked for: nothing written, no audit row
+        conn.execute(SQL["update_subscription"], {"webhook_id": subscription_id, "url": url,
+                                                  "event_types": types, "set_event_types": set_types, **limits})
         _record(conn, subscription_id, "update", actor, changed)
     return changed
 
