@@ -23,6 +23,7 @@ from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, slot_name
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from onceonly_cli.simulate.subscription_checks import max_open
 from tests.concurrency.race import run_workers
+from tests.support.held_deliveries import held_subscription
 from tests.support.webhook_workers import retry_worker
 from tests.support.webhooks import (
     context,
@@ -57,21 +58,10 @@ def test_replicas_never_exceed_the_endpoints_in_flight_cap_and_lose_nothing(
     # Two claims per round and per worker: the 4 replicas share the queue (and each still sends two at once).
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), WEBHOOK_CLAIM_BATCH="2")
     with psycopg.connect(webhook_db, autocommit=True) as conn:
-        added = subscriptions.add(conn, _tenant(conn), "http://127.0.0.1:9/", max_in_flight=MAX_IN_FLIGHT,
-                                  allow_http_hosts={"127.0.0.1"})
-        url = receiver.endpoint(new_id("ep"), added.secret, Behaviour(latency=LATENCY))
-        subscriptions.update(conn, added.id, url=url, allow_http_hosts={"127.0.0.1"})
-        tenant = str(subscriptions.show(conn, added.id)["tenant_id"])
         # Held while disabled, then released all at once: EVENTS deliveries due now for the replicas.
-        subscriptions.disable(conn, added.id, "filling the queue")
-        events = [new_id("evt") for _ in range(EVENTS)]
-        with lambda_env(env) as (dispatch, _):
-            assert dispatch(sqs_event([message(added.id, e, tenant_id=tenant) for e in events]),
-                            context("dispatch")) == {"batchItemFailures": []}
-        expected = [delivery_id_for(added.id, e) for e in events]
-        assert {r["status"] for r in deliveries(webhook_db, expected).values()} == {"held"}
-        assert receiver.history() == []
-        assert len(subscriptions.enable(conn, store.queue(env["WEBHOOK_QUEUE"]), added.id).released) == EVENTS
+        webhook_id, expected = held_subscription(conn, env, receiver, EVENTS, Behaviour(latency=LATENCY),
+                                                 max_in_flight=MAX_IN_FLIGHT)
+        assert len(subscriptions.enable(conn, store.queue(env["WEBHOOK_QUEUE"]), webhook_id).released) == EVENTS
 
     summaries = run_workers(retry_worker, WORKERS, tmp_path / "retry", env, won=lambda s: s["claimed"] > 0)
     with lambda_env(env) as (_, retry):  # the held-back ones come due again shortly

@@ -14,12 +14,9 @@ from psycopg.rows import dict_row
 
 from onceonly_app.webhooks import subscriptions
 from tests.e2e.cli_support import run_cli
-from tests.support.webhooks import new_id
+from tests.support.held_deliveries import LOCAL, new_tenant
 
 pytest_plugins = ("tests.support.webhook_fixtures",)
-
-LOCAL = frozenset({"127.0.0.1"})
-
 
 @pytest.fixture
 def conn(webhook_db: str) -> Iterator[psycopg.Connection]:
@@ -29,9 +26,7 @@ def conn(webhook_db: str) -> Iterator[psycopg.Connection]:
 
 @pytest.fixture
 def tenant(conn: psycopg.Connection) -> str:
-    name = new_id("tenant")
-    conn.execute("INSERT INTO billing_tenants (tenant_id) VALUES (%s)", (name,))
-    return name
+    return new_tenant(conn)
 
 
 def _audit(conn: psycopg.Connection, webhook_id: str) -> list[dict[str, Any]]:

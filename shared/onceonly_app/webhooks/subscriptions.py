@@ -80,7 +80,7 @@ class Added:
 
 @dataclass(frozen=True)
 class Enabled:
-    released: list[str]  # delivery ids queued again, in event order
+    released: list[str]  # delivery ids this call queued, in event order (none if all were queued already)
     expired: list[str]  # held longer than the retention: not sent
 
 
@@ -242,11 +242,14 @@ def enable(conn: psycopg.Connection[Any], queue: Queue, subscription_id: str, *,
            retention: float = HOLD_RETENTION, actor: str = APP_ACTOR) -> Enabled:
     """Enable ``subscription_id`` and release its held deliveries into ``queue``
     (the retry workers' due queue), due now in event order; a held event older
-    than ``retention`` seconds is expired instead. Idempotent: enabling an
-    enabled subscription re-queues any released delivery a previous call left
-    unqueued (it died between its commit and the queue). ``conn`` must be in
-    autocommit mode: the release is committed before the queue sees it.
-    Raises UnknownSubscriptionError, SubscriptionDeletedError, ValueError."""
+    than ``retention`` seconds is expired instead. Idempotent, and safe to run
+    twice at once: it queues with put_if_absent, so a delivery that already
+    has a queue item (a worker may hold it, mid-attempt) is never rescheduled
+    or handed to a second worker; what a previous call released but left
+    unqueued (it died between its commit and the queue) is queued now.
+    ``conn`` must be in autocommit mode: the release is committed before the
+    queue sees it. Raises UnknownSubscriptionError, SubscriptionDeletedError,
+    ValueError."""
     if not conn.autocommit:
         raise ValueError("enable() needs an autocommit connection: it commits before it queues")
     if not retention > 0:
@@ -262,9 +265,9 @@ def enable(conn: psycopg.Connection[Any], queue: Queue, subscription_id: str, *,
     # Due times a millisecond apart: the queue hands them out oldest first, so
     # the events go out in the order they happened.
     start = time.time()
-    queue.put_many((row["id"], start + n * RELEASE_SPACING, {"generation": row["generation"]})
-                   for n, row in enumerate(due))
-    return Enabled([row["id"] for row in due], expired)
+    put = queue.put_if_absent([(row["id"], start + n * RELEASE_SPACING, {"generation": row["generation"]})
+                               for n, row in enumerate(due)])
+    return Enabled([row["id"] for row, queued in zip(due, put, strict=True) if queued], expired)
 
 
 def delete(conn: psycopg.Connection[Any], subscription_id: str, *, actor: str = APP_ACTOR) -> list[str]:
