@@ -39,6 +39,7 @@ from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
 from .signing import signed_headers
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
+from .urls import UnencodableURLError
 
 # Statuses a queue item has nothing left to do for: finished, or held (enabling
 # the subscription queues the delivery again, subscriptions.enable).
@@ -383,6 +384,9 @@ class WebhookService:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
             return self._failure(SendResult(None, str(exc)), delivery.attempt)
+        except UnencodableURLError as exc:
+            # A URL stored before add/update encoded URLs: a failed attempt with its reason.
+            return self._failure(SendResult(None, f"URL cannot be sent: {exc}"), delivery.attempt)
         with self._admitted(subscription) as admitted:
             if not admitted:
                 assert self.gate is not None

@@ -46,6 +46,7 @@ from . import deliveries, rotation
 from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND
 from .signing import new_secret
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
+from .urls import UnencodableURLError, encoded_url
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 APP_ACTOR = "onceonly-app"  # the actor of a change the app's own code makes
@@ -189,15 +190,22 @@ def show(conn: psycopg.Connection[Any], subscription_id: str) -> dict[str, Any]:
 
 
 def check_url(url: str, allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> str:
-    """``url`` if the SSRF guard passes it now (resolving its host once, as an
-    attempt does); else InvalidSubscriptionError, before any connection."""
-    if not isinstance(url, str) or not url.strip() or len(url) > MAX_URL_LENGTH:
+    """``url`` as it is stored and sent (urls.py: IDNA host, percent-encoded
+    path and query) if the SSRF guard passes it now (resolving its host once,
+    as an attempt does); else InvalidSubscriptionError, before any connection."""
+    if not isinstance(url, str) or not url.strip():
         raise InvalidSubscriptionError(f"the URL must be 1-{MAX_URL_LENGTH} characters")
     try:
-        check_target(url.strip(), allow_http_hosts, resolver)
+        encoded = encoded_url(url.strip())
+    except UnencodableURLError as exc:
+        raise InvalidSubscriptionError(f"URL refused: {exc}") from None
+    if len(encoded) > MAX_URL_LENGTH:
+        raise InvalidSubscriptionError(f"the URL must be 1-{MAX_URL_LENGTH} characters (once encoded)")
+    try:
+        check_target(encoded, allow_http_hosts, resolver)
     except (UnsafeTargetError, UnresolvableHostError) as exc:
         raise InvalidSubscriptionError(f"URL refused: {exc}") from None
-    return url.strip()
+    return encoded
 
 
 def check_limits(max_in_flight: int | None, rate_per_second: float | None) -> dict[str, Any]:
