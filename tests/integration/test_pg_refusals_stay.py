@@ -14,6 +14,7 @@ import pytest
 import onceonly
 from onceonly_cli.scratch import create_database, drop_database
 from tests.support.pgbouncer import PgBouncer
+from tests.support.refusals import set_up_once_seen
 
 TIMEOUT = 2.0  # the store's bound: a pool timeout would take TIMEOUT/2
 FAST = TIMEOUT / 4  # a refusal comes back in milliseconds (a connect to 127.0.0.1)
@@ -45,14 +46,7 @@ def test_every_call_is_refused_at_once_until_the_database_exists(
         create_database(postgres_server_url, name)
         # Seen once a background connect gets through: at once direct; through
         # PgBouncer after its server_login_retry (15 s by default) has passed.
-        deadline = time.monotonic() + FIXED_WITHIN
-        while True:
-            try:
-                store.setup()
-                break
-            except onceonly.StoreRefusedError:
-                assert time.monotonic() < deadline, "the fixed database was never seen"
-                time.sleep(0.1)
+        set_up_once_seen(store, within=FIXED_WITHIN, poll=0.1)
         assert store.acquire("granted", ttl=30) is not None
     finally:
         store.close()
