@@ -182,3 +182,6 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
       LEFT JOIN payment_cursors c ON c.poller = watcher || ':' || a.account_id
      WHERE a.tenant_id = tenant
 $$;
+
+-- The outbox is sent in event sequence order (billing/webhook_events.sql, lock_unsent).
+CREATE INDEX IF NOT EXISTS webhook_outbox_unsent_by_sequence ON webhook_outbox (event_sequence) WHERE sent_at IS NULL;
