@@ -139,20 +139,22 @@ def judge_paid_during_outage(invoices: list[dict[str, Any]]) -> Invariant:
 
 
 def billing_invariants(conn: psycopg.Connection[Any], last_overdue_tick: datetime | None,
-                       left_open: int, scenarios: dict[str, list[str]], *, promised: dict[str, date],
-                       recurring_ticks: list[datetime] | None) -> list[Invariant]:
+                       left_open: int, scenarios: dict[str, list[str]], *, promised: dict[str, date] | None = None,
+                       recurring_ticks: list[datetime] | None = None) -> list[Invariant]:
     """``scenarios``: the seeded scenario invoices' ids by kind ("zero",
     "sub-cent", "outage"); a kind left out is not judged (its job is absent).
     ``promised``: the seeded invoices' due dates; ``recurring_ticks``: the
-    recurring job's ticks (None: the job is absent)."""
+    recurring job's ticks; either None: not judged (nothing seeded, the job is absent)."""
     with conn.cursor(row_factory=dict_row) as cur:
         moved = cur.execute(MOVED_OVERDUE).fetchall()
         windows = cur.execute(PAUSE_WINDOWS).fetchall()
         generated = cur.execute(GENERATED).fetchall()
         emails = cur.execute(OVERDUE_EMAILS).fetchall()
         rows = {r["id"]: r for r in cur.execute(SCENARIO_INVOICES, (sorted(sum(scenarios.values(), [])),))}
-        stored = cur.execute(SEEDED_DUE_DAYS, (sorted(promised),)).fetchall()
-    judged = [judge_pauses(generated, windows), judge_overdue_emails(emails), judge_promised_dates(stored, promised)]
+        stored = cur.execute(SEEDED_DUE_DAYS, (sorted(promised or {}),)).fetchall()
+    judged = [judge_pauses(generated, windows), judge_overdue_emails(emails)]
+    if promised is not None:
+        judged.append(judge_promised_dates(stored, promised))
     if recurring_ticks:
         judged.append(judge_due_from_issue(generated, recurring_ticks))
     if last_overdue_tick is not None:

@@ -181,10 +181,10 @@ def judge_merchant_events(events: list[dict[str, Any]], subscriptions: list[dict
 
 
 def payment_invariants(conn: psycopg.Connection[Any], seeded: list[SeededPayment], baits: dict[str, str],
-                       accepted: dict[str, tuple[str, str]], overpaid: list[str]) -> list[Invariant]:
+                       accepted: dict[str, tuple[str, str]], overpaid: list[str] | None = None) -> list[Invariant]:
     facts = read_facts(conn, seeded)
     with conn.cursor(row_factory=dict_row) as cur:
         events = cur.execute(MERCHANT_EVENTS).fetchall()
         subscriptions = cur.execute(SUBSCRIPTIONS).fetchall()
     return [judge_credited(facts, seeded, accepted), judge_unmatched(facts, seeded, baits),
-            judge_multi_operation(facts, seeded), judge_merchant_events(events, subscriptions, facts, overpaid)]
+            judge_multi_operation(facts, seeded), judge_merchant_events(events, subscriptions, facts, overpaid or [])]
