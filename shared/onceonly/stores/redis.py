@@ -318,8 +318,8 @@ class RedisStore:
         granted = self._run("acquire", [key], [owner, ttl_ms])
         if granted is None:
             return None
-        token, expires_ms = granted
-        return Lease(name=name, owner=owner, token=int(token), expires_at=_seconds(expires_ms))
+        token, expires_ms, grants = granted
+        return Lease(name=name, owner=owner, token=int(token), expires_at=_seconds(expires_ms), grants=int(grants))
 
     def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
         lease = common.check_lease(lease)
@@ -327,7 +327,8 @@ class RedisStore:
         expires_ms = self._run("renew", [self._lease_key(lease.name)], [lease.owner, lease.token, ttl_ms])
         if expires_ms is None:
             raise LeaseLostError(f"lease {lease.name!r} token {lease.token} is no longer held")
-        return Lease(name=lease.name, owner=lease.owner, token=lease.token, expires_at=_seconds(expires_ms))
+        return Lease(name=lease.name, owner=lease.owner, token=lease.token, expires_at=_seconds(expires_ms),
+                     grants=lease.grants)
 
     def release(self, lease: Lease) -> bool:
         lease = common.check_lease(lease)
@@ -343,9 +344,9 @@ class RedisStore:
         record = self._run("inspect", [self._lease_key(common.check_name(name))])
         if record is None:
             return None
-        owner, token, busy_until_ms, completed = record
+        owner, token, busy_until_ms, completed, grants = record
         return LeaseState(name=name, owner=_text(owner), token=int(token),
-                          busy_until=_seconds(busy_until_ms), completed=bool(completed))
+                          busy_until=_seconds(busy_until_ms), completed=bool(completed), grants=int(grants))
 
     def queue(self, name: str) -> RedisQueue:
         return RedisQueue(self, common.check_name(name, "queue name"))
