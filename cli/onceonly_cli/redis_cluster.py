@@ -60,8 +60,10 @@ class LocalCluster:
 
     def client(self, port: int) -> redis.Redis:
         """A plain client of one node (for admin commands: CLUSTER, INFO)."""
-        tls = {} if self.tls is None else {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
-        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True, **tls)
+        if self.tls is None:
+            return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True)
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True,
+                           ssl=True, ssl_ca_certs=str(self.tls.ca))
 
     def start(self) -> str:
         for _ in range(2 * PRIMARIES):
@@ -126,3 +128,14 @@ class LocalCluster:
 
     def live_nodes(self) -> list[ClusterNodeProcess]:
         return [n for n in self.nodes if n.process.poll() is None]
+
+    def role(self, node: ClusterNodeProcess) -> str:
+        """"master" or "slave", as the node says now (failovers swap them)."""
+        with self.client(node.port) as client:
+            return str(client.info("replication")["role"])
+
+    def primaries(self) -> list[ClusterNodeProcess]:
+        return [n for n in self.live_nodes() if self.role(n) == "master"]
+
+    def replicas(self) -> list[ClusterNodeProcess]:
+        return [n for n in self.live_nodes() if self.role(n) == "slave"]

@@ -3,9 +3,10 @@
 Redis replicates asynchronously: a grant the primary acknowledged can be lost
 when a replica is promoted, and the promoted replica then grants the name
 again while its first holder still runs (with a higher token: tokens are
-floored by the server's clock, so even then no token is handed out twice). Here a real primary and replica run on loopback ports with the
-replication link going through a FaultProxy, so the test decides when the
-replica stops receiving writes; the primary is SIGKILLed and the replica
+floored by the server's clock, so even then no token is handed out twice).
+Here a real primary and replica run on loopback ports with the replication
+link going through a FaultProxy, so the test decides when the replica stops
+receiving writes; the primary is SIGKILLed and the replica
 promoted (REPLICAOF NO ONE), as a Sentinel or ElastiCache failover would."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from redis.exceptions import (
 )
 
 from ..errors import ConfigError
-from .redis_nodes import borrow, exchange
+from .redis_nodes import borrow, exchange, tls_explained
 
 # Between two tries of a call the cluster refused for now (TRYAGAIN, CLUSTERDOWN,
 # an unreachable node): a migration step or a failover takes milliseconds to seconds.
@@ -65,8 +65,10 @@ class ClusterNodes:
     """The store's keys on a cluster. ``connect`` builds the ``RedisCluster``
     client (it reads the topology, so it runs on first use, not at import)."""
 
-    def __init__(self, connect: Callable[[], RedisCluster], socket_timeout: float | None, budget: float) -> None:
+    def __init__(self, connect: Callable[[], RedisCluster], socket_timeout: float | None, budget: float,
+                 tls: bool = False) -> None:
         self._connect = connect
+        self.tls = tls
         self._client: RedisCluster | None = None
         self.socket_timeout = socket_timeout
         self._budget = budget  # seconds a call may spend following redirects
@@ -81,6 +83,10 @@ class ClusterNodes:
         return self._client
 
     def run(self, key: str, commands: Sequence[tuple[Any, ...]], source: str) -> list[Any]:
+        with tls_explained(self.tls):
+            return self._run(key, commands, source)
+
+    def _run(self, key: str, commands: Sequence[tuple[Any, ...]], source: str) -> list[Any]:
         client = self.client
         slot = client.keyslot(key)
         deadline = time.monotonic() + self._budget
@@ -144,12 +150,14 @@ class ClusterNodes:
                 client.nodes_manager.initialize()
 
     def memory_infos(self) -> list[dict[str, Any]]:
-        client = self.client
-        return [client.get_redis_connection(node).info("memory") for node in client.get_primaries()]
+        with tls_explained(self.tls):
+            client = self.client
+            return [client.get_redis_connection(node).info("memory") for node in client.get_primaries()]
 
     def ping(self) -> None:
-        for node in self.client.get_primaries():
-            self.client.get_redis_connection(node).ping()
+        with tls_explained(self.tls):
+            for node in self.client.get_primaries():
+                self.client.get_redis_connection(node).ping()
 
     def close(self) -> None:
         if self._client is not None:

@@ -5,7 +5,8 @@ not run (NOSCRIPT, and on a cluster MOVED, ASK, TRYAGAIN, CLUSTERDOWN)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import redis
@@ -62,6 +63,24 @@ def send_once(pool: redis.ConnectionPool, commands: Sequence[tuple[Any, ...]]) -
     return exchange(pool, borrow(pool), commands)
 
 
+@contextmanager
+def tls_explained(tls: bool) -> Iterator[None]:
+    """A server certificate that does not verify is a ConfigError (no retry
+    helps); a TLS/plain mismatch keeps its StoreUnavailableError but says so."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        text = str(exc)
+        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
+            raise ConfigError(
+                f"the Redis server's TLS certificate was not verified ({text}): give the CA bundle that signed"
+                " it with ssl_cert_reqs left on, e.g. rediss://HOST:PORT?ssl_ca_certs=/path/ca.pem"
+            ) from exc
+        hint = ("; if the port does not speak TLS, use redis://" if tls else
+                "; if the port speaks TLS, use rediss://")
+        raise type(exc)(text + hint) from exc
+
+
 def not_a_cluster_url(exc: Exception) -> ConfigError:
     return ConfigError(
         f"the Redis server is a cluster node ({exc}): add cluster=1 to the store URL"
@@ -78,6 +97,7 @@ class OneNode:
             raise ConfigError(f"RedisStore needs a redis.Redis client with a connection pool, got {client!r}")
         self.client = client
         self.socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        self.tls = issubclass(client.connection_pool.connection_class, redis.SSLConnection)
         self._mode_checked = False
 
     def _refuse_a_cluster_node(self) -> None:
@@ -92,6 +112,10 @@ class OneNode:
         self._mode_checked = True
 
     def run(self, key: str, commands: Sequence[tuple[Any, ...]], source: str) -> list[Any]:
+        with tls_explained(self.tls):
+            return self._run(commands, source)
+
+    def _run(self, commands: Sequence[tuple[Any, ...]], source: str) -> list[Any]:
         if not self._mode_checked:
             self._refuse_a_cluster_node()
         replies = send_once(self.client.connection_pool, commands)
@@ -105,10 +129,12 @@ class OneNode:
         return replies
 
     def memory_infos(self) -> list[dict[str, Any]]:
-        return [self.client.info("memory")]
+        with tls_explained(self.tls):
+            return [self.client.info("memory")]
 
     def ping(self) -> None:
-        self.client.ping()
+        with tls_explained(self.tls):
+            self.client.ping()
 
     def close(self) -> None:
         self.client.close()

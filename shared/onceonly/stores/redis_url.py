@@ -67,4 +67,6 @@ def nodes_from_url(url: str, *, cluster: bool, half_timeout: float) -> Nodes:
     _check_cluster_database(url, parsed)
     socket_timeout = float(parsed.get("socket_timeout", half_timeout))  # type: ignore[arg-type]
     # The client reads the topology when built: on first use, not at import.
-    return ClusterNodes(lambda: RedisCluster.from_url(url, **timeouts), socket_timeout, budget=2 * half_timeout)
+    tls = urlsplit(url).scheme.lower() == "rediss"
+    return ClusterNodes(lambda: RedisCluster.from_url(url, **timeouts), socket_timeout, budget=2 * half_timeout,
+                        tls=tls)
