@@ -37,7 +37,7 @@ ack) is not handed out. See docs/coordination.md, "Failover".
 A Redis Cluster (``?cluster=1``, or a ``RedisCluster`` client) is reached through
 ``redis_cluster.py``: each call goes to the primary that owns its one slot, and
 redirects are followed only where the reply proves nothing ran. Building the
-client from a URL (cluster, TLS, database number rules) is ``redis_url.py``.
+client from a URL (cluster, TLS, database number rules) is ``redis_endpoint.py``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from ..errors import ConfigError, LeaseLostError, StoreUnavailableError
 from . import _common as common
 from .redis_cluster import ClusterNodes
 from .redis_nodes import Nodes, OneNode
-from .redis_url import CLUSTER_OPTION, nodes_from_url
+from .redis_endpoint import CLUSTER_OPTION, nodes_from_url
 from .timeouts import TIMEOUT_OPTION, timeout_from
 
 DEFAULT_PREFIX = "onceonly"
