@@ -41,6 +41,7 @@ class Reply:
     hold: threading.Event | None = None  # answer only once this is set
     trickle: float = 0.0  # > 0: send the response (status line included) one byte per this many seconds
     body: bytes | None = None  # the response body; default "ok" or "status N"
+    headers: tuple[tuple[str, str], ...] = ()  # extra response headers, e.g. webhook-delivery: abort-message
 
 
 @dataclass
@@ -245,6 +246,8 @@ class WebhookReceiver:
             request.send_response(reply.status)
             if reply.retry_after is not None:
                 request.send_header("Retry-After", reply.retry_after)
+            for name, value in reply.headers:
+                request.send_header(name, value)
             request.send_header("Content-Type", "text/plain")
             request.send_header("Content-Length", str(len(text)))
             request.end_headers()

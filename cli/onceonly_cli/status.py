@@ -33,14 +33,15 @@ DEAD_COUNT = "SELECT count(*) FROM webhook_deliveries WHERE status = 'dead'"
 # hour and day, its last error, and its deliveries by the states an operator acts on.
 SUBSCRIPTION_HEALTH = """
 SELECT s.id, s.tenant_id, s.enabled, s.disabled_reason, s.max_in_flight, s.rate_per_second,
-       d.pending, d.retrying, d.dead, d.held, a.hour_total, a.hour_ok, a.day_total, a.day_ok,
+       d.pending, d.retrying, d.dead, d.held, d.aborted, a.hour_total, a.hour_ok, a.day_total, a.day_ok,
        e.error AS last_error, e.finished_at AS last_error_at
   FROM webhook_subscriptions s
   CROSS JOIN LATERAL (
         SELECT count(*) FILTER (WHERE status IN ('pending', 'attempting')) AS pending,
                count(*) FILTER (WHERE status = 'retrying') AS retrying,
                count(*) FILTER (WHERE status = 'dead') AS dead,
-               count(*) FILTER (WHERE status = 'held') AS held
+               count(*) FILTER (WHERE status = 'held') AS held,
+               count(*) FILTER (WHERE status = 'aborted') AS aborted
           FROM webhook_deliveries WHERE webhook_id = s.id) d
   CROSS JOIN LATERAL (
         SELECT count(*) FILTER (WHERE t.started_at > now() - interval '1 hour') AS hour_total,
@@ -97,7 +98,7 @@ def _subscription_health(row: dict[str, Any]) -> dict[str, Any]:
                              "day": _rate(row["day_ok"], row["day_total"])},
             "attempts": {"hour": row["hour_total"], "day": row["day_total"]},
             "last_error": row["last_error"], "last_error_at": _iso(row["last_error_at"]),
-            "deliveries": {name: row[name] for name in ("pending", "retrying", "dead", "held")}}
+            "deliveries": {name: row[name] for name in ("pending", "retrying", "dead", "held", "aborted")}}
 
 
 def collect(ops: Ops) -> dict[str, Any]:
@@ -160,13 +161,13 @@ def render(status: dict[str, Any], console: Console) -> None:
     subscriptions = Table(title="webhook subscriptions: health (success = attempts that succeeded)",
                           title_justify="left")
     for column in ("subscription", "tenant", "state", "success 1 h", "success 24 h", "pending", "retrying",
-                   "dead", "held", "last error"):
+                   "dead", "held", "aborted", "last error"):
         subscriptions.add_column(column)
     for sub in status["subscriptions"]:
         state = "enabled" if sub["enabled"] else f"DISABLED: {sub['disabled_reason']}"
         subscriptions.add_row(sub["id"], sub["tenant"] or "-", state,
                               *(_percent(sub["success_rate"][w], sub["attempts"][w]) for w in ("hour", "day")),
-                              *(str(sub["deliveries"][k]) for k in ("pending", "retrying", "dead", "held")),
+                              *(str(sub["deliveries"][k]) for k in ("pending", "retrying", "dead", "held", "aborted")),
                               (sub["last_error"] or "-")[:40])
     console.print(subscriptions)
 

@@ -63,7 +63,14 @@ def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.Ar
     update = actions.add_parser("update", help="a new URL or event-type filter (applies to later events)")
     update.add_argument("--url", help="the new endpoint")
     update.add_argument("--all-event-types", action="store_true", help="receive every event type again")
+    update.add_argument("--clear-headers", action="store_true", help="send no custom header any more")
     for parser in (add, update):
+        parser.add_argument("--header", dest="headers", action="append", type=_header, metavar="'NAME: VALUE'",
+                            help="a header sent with every attempt (repeatable; on update the headers given "
+                                 "replace all of them); never a signature header or Host")
+        parser.add_argument("--description", help="what the endpoint is, for people")
+        parser.add_argument("--metadata", type=_json_object, metavar="JSON",
+                            help="a JSON object kept with the subscription (replaces the previous one)")
         parser.add_argument("--event-types", type=_event_types, metavar="TYPE[,TYPE…]",
                             help="only these event types (default for add: all)")
         parser.add_argument("--max-in-flight", type=int, metavar="N",
@@ -72,6 +79,9 @@ def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.Ar
                             help="requests to it per second, across every replica (default for add: 50)")
     rotate = actions.add_parser("rotate-secret", help="a new signing secret, printed once; the old one keeps "
                                                       "signing beside it for the overlap")
+    for parser in (add, rotate):
+        parser.add_argument("--secret", metavar="whsec_…",
+                            help="sign with this secret instead of a fresh one (migrating from another sender)")
     rotate.add_argument("--overlap", type=non_negative_float, default=None, metavar="SECONDS",
                         help="how long the old secret still signs (default 86400: a day)")
     disable = actions.add_parser("disable", help="stop sending; its events are held until it is enabled")
@@ -81,10 +91,22 @@ def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.Ar
                         help="held events older than this are expired, not sent (default 604800: 7 days)")
     actions.add_parser("delete", help="soft-delete: no more events; unfinished deliveries end dropped")
     actions.add_parser("show", help="one subscription, its deliveries by status and its recorded changes")
+    actions.add_parser("secret", help="print the secret it signs with now (the read is audited)")
+    recover = actions.add_parser("recover", help="send again its deliveries that failed (dead, expired, aborted, "
+                                                 "retrying) whose event happened in the window")
+    replay = actions.add_parser("replay", help="as recover, and its succeeded deliveries too (same webhook-ids)")
+    for parser in (recover, replay):
+        parser.add_argument("--since", required=True, type=_moment, metavar="TIME",
+                            help="ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z (events from then on)")
+        parser.add_argument("--until", type=_moment, metavar="TIME", help="events before this (default: now)")
+    history = actions.add_parser("attempts", help="its attempts, newest first: time, outcome, response code, "
+                                                  "latency, error (the last 7 days)")
+    history.add_argument("--delivery", metavar="DELIVERY_ID", help="only this delivery's (its webhook-id)")
+    history.add_argument("--limit", type=int, default=50, metavar="N", help="at most N attempts (default 50)")
     for name, action in actions.choices.items():
         if name not in ("add", "list"):
             action.add_argument("webhook_id", metavar="WEBHOOK_ID")
-        if name not in ("list", "show"):
+        if name not in ("list", "show", "attempts"):
             action.add_argument("--actor", default=None,
                                 help="who makes the change, for the audit (default: the OS user)")
         action.add_argument("--json", action="store_true", help="print the result as JSON, for scripts")
@@ -104,14 +126,16 @@ def _add(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespac
     limits = {name: value for name, value in (("max_in_flight", args.max_in_flight),
                                               ("rate_per_second", args.rate)) if value is not None}
     added = add(conn, args.tenant, args.url, args.event_types, actor=args.actor, subscription_id=args.new_id,
-                new_tenant=args.new_tenant, **limits, **_sender_checks())
+                new_tenant=args.new_tenant, **limits, **_sender_checks(), secret=args.secret,
+                **_settings(args))
     types = ", ".join(args.event_types) if args.event_types else "every event type"
     table = Table(title=f"subscription {added.id} added ({types})", title_justify="left", show_header=False)
     table.add_row("id", added.id)
     table.add_row("signing secret", added.secret)
     table.add_row("", "shown only now: configure your receiver with it")
     return Done({"id": added.id, "tenant_id": args.tenant, "url": args.url, "event_types": args.event_types,
-                 **limits, "secret": added.secret}, table)
+                 **limits, "secret": added.secret, "description": args.description, "metadata": args.metadata,
+                 "header_names": sorted(dict(args.headers or ()))}, table)
 
 
 def _list(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
@@ -147,11 +171,17 @@ def _show(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespa
 
 
 def _update(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
-    from onceonly_app.webhooks.subscriptions import update
+    from onceonly_app.webhooks.subscriptions import configure, update
 
-    changed = update(conn, args.webhook_id, url=args.url, event_types=args.event_types,
-                     all_event_types=args.all_event_types, max_in_flight=args.max_in_flight,
-                     rate_per_second=args.rate, actor=args.actor, **_sender_checks())
+    settings = _settings(args)
+    core = (args.url, args.event_types, args.max_in_flight, args.rate)
+    changed: dict[str, Any] = {}
+    if any(value is not None for value in core) or args.all_event_types or not settings:
+        changed = update(conn, args.webhook_id, url=args.url, event_types=args.event_types,
+                         all_event_types=args.all_event_types, max_in_flight=args.max_in_flight,
+                         rate_per_second=args.rate, actor=args.actor, **_sender_checks())
+    if settings:  # the subscription's own settings: a change of their own in the audit ("configure")
+        changed.update(configure(conn, args.webhook_id, actor=args.actor, **settings))
     text = "; ".join(f"{field}: {json.dumps(c['from'])} -> {json.dumps(c['to'])}" for field, c in changed.items())
     return Done({"id": args.webhook_id, "changed": changed},
                 f"{args.webhook_id}: {text or 'nothing changed'} (applies to events from now on)")
@@ -162,7 +192,7 @@ def _rotate_secret(ops: Ops | None, conn: psycopg.Connection[Any], args: argpars
     from onceonly_app.webhooks.subscriptions import rotate_secret
 
     overlap = DEFAULT_OVERLAP if args.overlap is None else args.overlap
-    secret = rotate_secret(conn, args.webhook_id, overlap=overlap, actor=args.actor)
+    secret = rotate_secret(conn, args.webhook_id, overlap=overlap, actor=args.actor, secret=args.secret)
     return Done({"id": args.webhook_id, "secret": secret, "overlap": overlap},
                 f"{args.webhook_id}: new signing secret (shown only now): {secret}\n"
                 f"the old secret keeps signing beside it for {overlap:g} s")
@@ -195,10 +225,91 @@ def _delete(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Names
                 f"{args.webhook_id}: deleted; {len(dropped)} unfinished deliveries dropped")
 
 
-STORE_ACTIONS = frozenset({"enable"})  # the others need only the domain database
+def _secret(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.subscriptions import current_secret
+
+    secret = current_secret(conn, args.webhook_id, actor=args.actor)
+    return Done({"id": args.webhook_id, "secret": secret}, secret)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The subscription's own settings named on the command line (none: {})."""
+    settings: dict[str, Any] = {}
+    if getattr(args, "clear_headers", False):
+        settings["headers"] = {}
+    if args.headers:
+        names = [name.lower() for name, _ in args.headers]
+        if len(names) != len(set(names)):
+            raise ValueError("a header is named twice (names are case-insensitive)")
+        settings["headers"] = dict(args.headers)
+    for name in ("description", "metadata"):
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    return settings
+
+
+def _header(text: str) -> tuple[str, str]:
+    from onceonly_app.webhooks.endpoint_settings import parse_header
+
+    try:
+        return parse_header(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _attempts(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.attempts import attempt_history
+
+    rows = attempt_history(conn, args.webhook_id, delivery_id=args.delivery, limit=args.limit)
+    table = Table(title=f"attempts of {args.webhook_id}" + (f", delivery {args.delivery}" if args.delivery else "")
+                  + f": {len(rows)} (newest first)", title_justify="left")
+    for column in ("time", "delivery (webhook-id)", "attempt", "outcome", "code", "latency ms", "error"):
+        table.add_column(column)
+    for row in rows:
+        outcome = row["outcome"] if row["recorded"] else f"{row['outcome']} (refused: stale holder)"
+        table.add_row(_iso(row["started_at"]), row["delivery_id"], f"{row['generation']}.{row['attempt'] or '-'}",
+                      outcome, str(row["response_code"] or "-"), f"{row['latency_ms']:g}", (row["error"] or "")[:60])
+    return Done({"id": args.webhook_id, "delivery": args.delivery, "attempts": rows}, table)
+
+
+def _recover(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks import recovery
+
+    assert ops is not None  # STORE_ACTIONS: the command opened the store
+    run = recovery.replay if args.action == "replay" else recovery.recover
+    done = run(conn, ops.store.queue(ops.queue_name), args.webhook_id, args.since, args.until, actor=args.actor)
+    before = ", ".join(f"{status}: {n}" for status, n in sorted(done.previous.items())) or "none"
+    return Done({"id": args.webhook_id, "requeued": done.count, "previous": dict(done.previous),
+                 "deliveries": done.delivery_ids},
+                f"{args.webhook_id}: {done.count} deliveries queued again in event order, same webhook-ids "
+                f"(they were {before})")
+
+
+def _moment(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time, got {text!r}") from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time zone too (e.g. {text}Z), got {text!r}")
+    return moment
+
+
+STORE_ACTIONS = frozenset({"enable", "recover", "replay"})  # the others need only the domain database
 ACTIONS: dict[str, Callable[[Ops | None, psycopg.Connection[Any], argparse.Namespace], Done]] = {
     "add": _add, "list": _list, "show": _show, "update": _update, "rotate-secret": _rotate_secret,
-    "disable": _disable, "enable": _enable, "delete": _delete,
+    "disable": _disable, "enable": _enable, "delete": _delete, "secret": _secret,
+    "attempts": _attempts, "recover": _recover, "replay": _recover,
 }
 
 
@@ -247,11 +358,11 @@ def subscriptions_command(args: argparse.Namespace) -> int:
 
 def _run(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
     """The action, with every error it can meet as one line."""
-    from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError, UnknownSubscriptionError
+    from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError
 
     try:
         return ACTIONS[args.action](ops, conn, args)
-    except (UnknownSubscriptionError, SubscriptionDeletedError, ValueError) as exc:
+    except (LookupError, SubscriptionDeletedError, ValueError) as exc:  # UnknownSubscriptionError among them
         raise CliError(str(exc)) from None
     except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
         raise missing_tables(exc) from None

@@ -36,6 +36,7 @@ OUTCOME_METRICS = {
     "dead": "deliveries_dead",
     "held": "deliveries_held",  # the subscription is disabled: kept until it is enabled
     "dropped": "deliveries_dropped",  # the subscription was deleted
+    "aborted": "deliveries_aborted",  # the receiver answered webhook-delivery: abort-message
 }
 
 

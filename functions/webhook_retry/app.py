@@ -20,10 +20,11 @@ tracer = Tracer(service="webhook-retry")  # X-Ray when the template turns tracin
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
                   service="webhook-retry")
 
-COUNTERS = ("succeeded", "failed", "dead", "held", "dropped", "deferred", "claims_contended", "leases_reclaimed",
-            "fenced_writes_refused", "claims_failed")
+COUNTERS = ("succeeded", "failed", "dead", "held", "dropped", "aborted", "deferred", "claims_contended",
+            "leases_reclaimed", "fenced_writes_refused", "claims_failed")
 METRIC_NAMES = {"succeeded": "deliveries_succeeded", "failed": "deliveries_failed", "dead": "deliveries_dead",
-                "held": "deliveries_held", "dropped": "deliveries_dropped", "deferred": "deliveries_deferred"}
+                "held": "deliveries_held", "dropped": "deliveries_dropped", "deferred": "deliveries_deferred",
+                "aborted": "deliveries_aborted"}
 
 
 @tracer.capture_lambda_handler

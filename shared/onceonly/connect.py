@@ -32,7 +32,9 @@ def connect(url: str, *, refresh_url: Callable[[], str] | None = None) -> Store:
     the credentials (a rotated password), and the connection is retried once.
 
     Surrounding whitespace (a trailing newline) is ignored. Raises ConfigError for
-    a malformed URL or unknown scheme. Connections are opened lazily; an
+    a malformed URL, an unknown scheme, and any option the store does not
+    accept or a bad value of one, naming it (the table: docs/coordination.md,
+    "Store URL options"). Connections are opened lazily; an
     unreachable server surfaces as StoreUnavailableError on first use.
     """
     if not isinstance(url, str) or not url.strip():
@@ -59,5 +61,7 @@ def connect(url: str, *, refresh_url: Callable[[], str] | None = None) -> Store:
 
         if not parts.netloc:
             raise ConfigError(f"dynamodb URL needs a table name: dynamodb://TABLE?region=…, got {url!r}")
+        if parts.path not in ("", "/") or parts.fragment:
+            raise ConfigError(f"dynamodb URL is dynamodb://TABLE?options, with no path or #fragment, got {url!r}")
         return DynamoDBStore.from_url(parts.netloc, options)
     raise ConfigError(f"unknown store scheme {parts.scheme!r} in {url!r}; expected one of {', '.join(SCHEMES)}")

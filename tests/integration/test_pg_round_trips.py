@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 import onceonly
+from onceonly.stores.pg_connection import BOUND_THIS_TRANSACTION
 from onceonly.stores.postgres import PUT_BATCH, SQL
 
 
@@ -21,14 +22,15 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     checkout check included: it is conn.execute, a cursor underneath), except
     the statement bound that shares its pipeline: a store statement is listed
     as itself only when it went in one pipeline (one sync: one round trip)
-    right after its ``SET LOCAL statement_timeout``, else marked UNBOUNDED."""
+    right after its statement bound (``set_config('statement_timeout', …, true)``),
+    else marked UNBOUNDED."""
     sent: list[str] = []
     bounded_pipelines: dict[int, object] = {}
     execute = psycopg.Cursor.execute
 
     def counting(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
         conn, text = self.connection, str(query)
-        if text.startswith("SET LOCAL statement_timeout"):
+        if text == BOUND_THIS_TRANSACTION:
             bounded_pipelines[id(conn)] = conn._pipeline
         else:
             pipeline = bounded_pipelines.pop(id(conn), None)

@@ -2,9 +2,11 @@
 noeviction, Redis deletes keys when memory fills, and a completed tick's
 record (it has an expiry) goes first under every volatile-* policy: the tick
 then runs again (with a higher token: tokens are floored by the server's
-clock, so they do not repeat). The store reads the policy
-(INFO memory) before its first operation and on setup(), and refuses any
-other policy with a ConfigError unless the URL opts out (allow_eviction=1).
+clock, so they do not repeat). The store reads the policy (INFO memory)
+inside every script, in the same atomic step as its write, and on setup(),
+and refuses any other policy with a ConfigError unless the URL opts out
+(allow_eviction=1). A policy changed on a running server stops the very
+next call.
 
 Every server here is a private redis-server started with the policy under
 test, on a free loopback port, stopped when the test ends."""
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 import onceonly
 from onceonly.stores.redis import RedisStore
@@ -38,7 +41,7 @@ def info_calls(server: RedisProcess) -> int:
         return int(client.info("commandstats").get("cmdstat_info", {}).get("calls", 0))
 
 
-def test_noeviction_works_and_is_checked_once_per_store() -> None:
+def test_noeviction_works_and_is_checked_inside_every_call() -> None:
     with private_redis("--maxmemory-policy", "noeviction") as server:
         store = onceonly.connect(server.url)
         store.setup()
@@ -51,7 +54,8 @@ def test_noeviction_works_and_is_checked_once_per_store() -> None:
         server.reset_stats()
         for n in range(5):
             assert fresh.acquire(f"lease-{n}", ttl=30) is not None
-        assert info_calls(server) == 1  # the check ran before the first call only
+        # The check runs inside each script (INFO from Lua), not as a round trip of its own.
+        assert info_calls(server) == server.evalsha_calls() == 5
         fresh.close()
 
 
@@ -94,6 +98,26 @@ def test_info_that_does_not_answer_is_refused_not_trusted() -> None:
         with pytest.raises(onceonly.ConfigError, match="maxmemory-policy could not be read"):
             store.acquire("lease", ttl=30)
         store.close()
+
+
+@pytest.mark.parametrize("policy", ["noeviction", "volatile-lru"])
+def test_a_server_that_refuses_config_is_checked_through_info(policy: str) -> None:
+    """As on every ElastiCache cluster, CONFIG is refused: the policy is still
+    read (INFO memory), so a safe server works and an evicting one is refused."""
+    with private_redis("--maxmemory-policy", policy, "--rename-command", "CONFIG", "") as server:
+        with server.client() as client, pytest.raises(redis.ResponseError, match="unknown command"):
+            client.config_get("maxmemory-policy")
+        store = onceonly.connect(server.url)
+        try:
+            if policy == "noeviction":
+                store.setup()
+                assert store.acquire("lease", ttl=30) is not None
+            else:
+                for call in (store.setup, lambda: store.acquire("lease", ttl=30)):
+                    with pytest.raises(onceonly.ConfigError, match="maxmemory-policy is 'volatile-lru'"):
+                        call()
+        finally:
+            store.close()
 
 
 # -- the original bug, on the server it was reproduced on ---------------------
@@ -152,3 +176,37 @@ def test_not_opted_out_the_same_server_is_refused_before_the_tick_runs() -> None
         assert ran == []
         with server.client() as client:
             assert client.dbsize() == 0
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru"])
+def test_a_policy_changed_at_runtime_stops_the_next_grant_claim_and_renewal(policy: str) -> None:
+    """ElastiCache applies a parameter group's change to a running server: a
+    warm store (its first calls made under noeviction) must see it at once,
+    before the server can evict a lease and grant it again."""
+    with private_redis("--maxmemory", "3mb", "--maxmemory-policy", "noeviction") as server:
+        store = onceonly.connect(server.url)
+        store.setup()
+        lease = store.acquire("held", ttl=600)
+        queue = store.queue("q")
+        queue.put("item")
+        assert lease is not None and lease.grant_number == 1
+        with server.client() as client:
+            client.config_set("maxmemory-policy", policy)
+            refused = [lambda: store.acquire("held", ttl=30), lambda: store.acquire("other", ttl=30),
+                       lambda: store.renew(lease, ttl=600), lambda: queue.claim(limit=5, lease=30),
+                       lambda: queue.put("more"), lambda: store.complete(lease, keep=60, expire=True)]
+            for call in refused:
+                with pytest.raises(onceonly.ConfigError, match=f"maxmemory-policy is '{policy}'"):
+                    call()
+            # Memory fills; under allkeys-* the lease itself is evicted.
+            lease_key, filled = "onceonly:{lease:held}", 0
+            while policy.startswith("allkeys") and client.exists(lease_key) and filled < 5000:
+                client.set(f"fill:{filled}", "x" * 8192)
+                filled += 1
+            assert not (policy.startswith("allkeys") and client.exists(lease_key)), "the lease was never evicted"
+            with pytest.raises(onceonly.ConfigError):
+                store.acquire("held", ttl=30)  # not granted again
+            client.config_set("maxmemory-policy", "noeviction")  # fixed: the next call works
+            client.flushall()
+        assert store.acquire("fresh", ttl=30) is not None
+        store.close()

@@ -309,7 +309,7 @@ def test_status_shows_each_subscriptions_success_rate_last_error_backlog_and_dis
     assert health["success_rate"] == {"hour": round(2 / 3, 4), "day": round(2 / 3, 4)}
     assert health["attempts"] == {"hour": 3, "day": 3}
     assert "503" in health["last_error"] and health["last_error_at"] is not None
-    assert health["deliveries"] == {"pending": 0, "retrying": 1, "dead": 0, "held": 0}
+    assert health["deliveries"] == {"pending": 0, "retrying": 1, "dead": 0, "held": 0, "aborted": 0}
     assert (health["enabled"], health["disabled_reason"]) == (False, "merchant migrating")
     table = run_cli("status", "--database", webhook_db, "--store", env["ONCEONLY_STORE_URL"],
                     env={**os.environ, "COLUMNS": "250", "DATABASE_URL": webhook_db})

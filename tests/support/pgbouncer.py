@@ -54,15 +54,17 @@ def _binary() -> str:
 
 class PgBouncer:
     """``with PgBouncer(server_url, "transaction") as bouncer:`` runs one until
-    the block ends; :meth:`url` points a URL of the same server at it."""
+    the block ends; :meth:`url` points a URL of the same server at it. Keyword
+    arguments are further ``[pgbouncer]`` settings (``default_pool_size="1"``)."""
 
-    def __init__(self, server_url: str, pool_mode: str = "transaction") -> None:
+    def __init__(self, server_url: str, pool_mode: str = "transaction", **settings: str) -> None:
         parts = urlsplit(server_url)
         if parts.hostname != "127.0.0.1" or parts.port is None:
             raise PgBouncerError(f"the PgBouncer tests need PostgreSQL on 127.0.0.1:PORT (not an embedded one on "
                                  f"a socket), got {server_url!r}: start it, or set ONCEONLY_TEST_POSTGRES_URL")
         self._server = parts
         self._pool_mode = pool_mode
+        self._settings = settings  # more [pgbouncer] settings, e.g. default_pool_size="1"
         self.port = _free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="onceonly-pgbouncer-"))
         self._process: subprocess.Popen[bytes] | None = None
@@ -86,7 +88,8 @@ class PgBouncer:
         (self._dir / "userlist.txt").write_text(f'"{user}" ""\n', encoding="utf-8")
         ini = self._dir / "pgbouncer.ini"
         ini.write_text(CONFIG.format(pg_host=self._server.hostname, pg_port=self._server.port, port=self.port,
-                                     auth_file=self._dir / "userlist.txt", pool_mode=self._pool_mode),
+                                     auth_file=self._dir / "userlist.txt", pool_mode=self._pool_mode)
+                       + "".join(f"{key} = {value}\n" for key, value in self._settings.items()),
                        encoding="utf-8")
         as_root = os.geteuid() == 0
         if as_root:

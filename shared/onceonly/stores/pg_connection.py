@@ -9,7 +9,9 @@
   Proxy host) prepared statements are off (``prepare_threshold=None``): the
   next transaction may run on another server connection, where the statement
   does not exist or another client's has its name (``_pg3_0 already exists``);
-  RDS Proxy pins a client that prepares to one server connection;
+  RDS Proxy pins a client that prepares to one server connection. The
+  coordination store never prepares, whatever the URL says (see
+  :func:`prepare_threshold_for`);
 - a connection the server refuses for good (bad credentials, an unknown
   database, a refused startup parameter) fails the callers waiting for it at
   once, with the server's message (:class:`ConnectionRefusedByServer`);
@@ -53,8 +55,12 @@ _PERMANENT_REFUSAL = re.compile(
     re.IGNORECASE,
 )
 DEFAULT_PREPARE_THRESHOLD = 5  # psycopg's own default
-# The server-side statement bound, for the rest of one transaction (or session).
-SET_LOCAL_STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = {ms:d}"
+# The server-side statement bound for the rest of one transaction: set_config
+# with is_local, not SET LOCAL, which in a pipeline's implicit transaction
+# raises "WARNING: SET LOCAL can only be used in transaction blocks", a line
+# in the server's log per operation.
+BOUND_THIS_TRANSACTION = "SELECT set_config('statement_timeout', %s, true)"
+# The same bound for a whole session (the domain database, direct).
 SET_SESSION_STATEMENT_TIMEOUT = "SET statement_timeout = {ms:d}"
 
 _log = logging.getLogger("onceonly.postgres")
@@ -110,10 +116,17 @@ def is_rds_proxy_host(conninfo: str) -> bool:
     return bool(hosts) and all(_RDS_PROXY_HOST.search(h.strip()) for h in hosts)
 
 
-def prepare_threshold_for(transaction_pooled: bool) -> int | None:
+def prepare_threshold_for(transaction_pooled: bool, *, prepares: bool = True) -> int | None:
     """psycopg's ``prepare_threshold``: None (never prepare) behind a
-    transaction pooler, psycopg's default otherwise."""
-    return None if transaction_pooled else DEFAULT_PREPARE_THRESHOLD
+    transaction pooler or when ``prepares`` is off, psycopg's default otherwise.
+
+    The coordination store passes ``prepares=False``: a URL that omits
+    ``pool_mode=transaction`` in front of a transaction pooler must not make
+    it prepare. In pipeline mode psycopg records a statement's name before the
+    server has answered its Parse, so after one failed Parse ("_pg3_0 already
+    exists") the client executes whatever the shared server connection holds
+    under that name: another client's statement, silently."""
+    return None if transaction_pooled or not prepares else DEFAULT_PREPARE_THRESHOLD
 
 
 def bound_this_transaction(conn: psycopg.Connection[Any]) -> None:
@@ -121,7 +134,7 @@ def bound_this_transaction(conn: psycopg.Connection[Any]) -> None:
     (or, in a pipeline, the implicit one of the statements up to its sync).
     A connection of a pool you built yourself keeps your settings."""
     if isinstance(conn, BoundedConnection) and conn.statement_timeout_ms is not None:
-        conn.execute(SET_LOCAL_STATEMENT_TIMEOUT.format(ms=conn.statement_timeout_ms))
+        conn.execute(BOUND_THIS_TRANSACTION, (str(conn.statement_timeout_ms),), prepare=False)
 
 
 def is_auth_failure(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ Given ``timeout`` T (seconds, ``?timeout=`` in the URL, default 10):
 - each wait for the server's reply takes at most T/2: on the client
   (:class:`BoundedConnection`; TCP timeouts cannot see a peer that acknowledges
   bytes and never answers) and on the server (``statement_timeout``, set by
-  ``SET LOCAL`` in each store statement's transaction, or once per session for
+  ``set_config(…, true)`` in each store statement's transaction, or once per session for
   the domain database; never as a startup parameter, which PgBouncer and RDS
   Proxy refuse);
 - TCP keepalives and ``tcp_user_timeout`` make the kernel drop a link whose
@@ -69,6 +69,7 @@ from .pg_connection import (
     is_rds_proxy_host,
     prepare_threshold_for,
 )
+from .pg_options import check_values
 from .timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, timeout_from
 
 POOL_MODE_OPTION = "pool_mode"
@@ -122,11 +123,13 @@ def _sets_own_statement_timeout(conninfo: str) -> bool:
 
 def bounded_conninfo(conninfo: str, timeout: float) -> str:
     """``conninfo`` plus the connect and TCP bounds it does not set (no startup
-    ``options``: poolers refuse them)."""
+    ``options``: poolers refuse them). Raises ConfigError for a malformed one,
+    or a value libpq would refuse only when connecting (pg_options)."""
     try:
         given = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+    check_values(given)
     half = timeout / 2
     defaults: dict[str, Any] = {
         "connect_timeout": max(2, math.ceil(half)),
@@ -142,7 +145,7 @@ def bounded_conninfo(conninfo: str, timeout: float) -> str:
 
 def bounded_pool(
     url: str, *, name: str, max_size: int, autocommit: bool, session_bound: bool = False,
-    refresh_url: Callable[[], str] | None = None,
+    refresh_url: Callable[[], str] | None = None, prepares: bool = True,
 ) -> ConnectionPool[Any]:
     """An open pool for ``url`` (``?timeout=`` seconds, ``?pool_mode=``, see the
     module docstring); connections are opened lazily. Each connection carries
@@ -151,8 +154,10 @@ def bounded_pool(
     a transaction pooler (a session setting would stay on a server connection
     that other clients then get). ``refresh_url`` (optional) returns the URL
     with fresh credentials: it is called once after an authentication failure
-    (a rotated password) and the connection retried once. Raises ConfigError
-    for a malformed URL."""
+    (a rotated password) and the connection retried once. ``prepares=False``
+    turns psycopg's prepared statements off whatever the URL declares (see
+    :func:`~onceonly.stores.pg_connection.prepare_threshold_for`). Raises
+    ConfigError for a malformed URL."""
     conninfo, options = split_options(url)
     half = options.timeout / 2
     bounded = bounded_conninfo(conninfo, options.timeout)  # ConfigError for a malformed one
@@ -174,7 +179,8 @@ def bounded_pool(
     pool: ConnectionPool[Any] = FailFastPool(
         source,
         connection_class=connection_class,
-        kwargs={"autocommit": autocommit, "prepare_threshold": prepare_threshold_for(options.transaction_pooled)},
+        kwargs={"autocommit": autocommit, "prepare_threshold": prepare_threshold_for(options.transaction_pooled,
+                                                                                prepares=prepares)},
         min_size=0,
         max_size=max_size,
         timeout=half,

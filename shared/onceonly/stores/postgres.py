@@ -65,21 +65,25 @@ class PostgresStore:
         through. ``refresh_url`` (optional) returns the URL with fresh
         credentials; it is called once after an authentication failure (a
         rotated password). ``?pool_mode=transaction`` (implied by an RDS Proxy
-        host) declares a transaction pooler: no prepared statements. A
+        host) declares a transaction pooler; the store never prepares
+        statements either way, so a pooler left undeclared cannot make it run
+        a statement it did not send. A
         connection the server refuses for good raises StoreRefusedError with
         the server's message."""
-        pool = bounded_pool(url, name="onceonly", max_size=max_size, autocommit=True, refresh_url=refresh_url)
+        pool = bounded_pool(url, name="onceonly", max_size=max_size, autocommit=True, refresh_url=refresh_url,
+                            prepares=False)
         return cls(pool, owns_pool=True)
 
     def _run(self, what: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         # The statement bound and the statement share one implicit transaction
-        # (one sync): one round trip, and SET LOCAL leaves nothing behind on a
-        # server connection that a transaction pooler hands to others next.
+        # (one sync): one round trip, and a transaction-local setting leaves
+        # nothing behind on a server connection that a transaction pooler hands
+        # to others next. Never prepared, on any pool (pg_connection.prepare_threshold_for).
         with _translated(what), self._pool.connection() as conn:
             with conn.pipeline():
                 bound_this_transaction(conn)
                 cur = conn.cursor(row_factory=dict_row)
-                cur.execute(SQL[what], params)
+                cur.execute(SQL[what], params, prepare=False)
             return cur.fetchall() if cur.description else []
 
     # -- setup ------------------------------------------------------------
@@ -88,8 +92,10 @@ class PostgresStore:
         # transaction-scoped advisory lock serialises them.
         with _translated("setup"), self._pool.connection() as conn, conn.transaction():
             bound_this_transaction(conn)
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('onceonly.setup'))")
-            conn.execute(SQL["setup"])
+            # IF NOT EXISTS answers "already exists, skipping" notices: not news.
+            conn.execute("SELECT set_config('client_min_messages', 'warning', true)", prepare=False)
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('onceonly.setup'))", prepare=False)
+            conn.execute(SQL["setup"], prepare=False)
 
     def close(self) -> None:
         if self._owns_pool:

@@ -48,7 +48,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import RedisCluster
@@ -57,8 +56,9 @@ from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, StoreUnavailableError
 from . import _common as common
 from .redis_cluster import ClusterNodes
-from .redis_nodes import Nodes, OneNode
 from .redis_endpoint import CLUSTER_OPTION, nodes_from_url
+from .redis_nodes import Nodes, OneNode
+from .redis_url import split_url
 from .timeouts import TIMEOUT_OPTION, timeout_from
 
 DEFAULT_PREFIX = "onceonly"
@@ -87,6 +87,16 @@ def script_file(name: str) -> str:
 
 # Each script as registered: the shared helpers, then the script's own file.
 SCRIPT_SOURCES: dict[str, str] = {name: script_file("common") + script_file(name) for name in SCRIPT_NAMES}
+# Put before each script unless eviction is allowed: the policy is read in
+# the same atomic step as every write (redis_eviction_guard.lua).
+EVICTION_GUARD = script_file("eviction_guard")
+EVICTION_REFUSED = "ONCEONLY_EVICTION "
+
+
+def script_source(name: str, *, guarded: bool) -> str:
+    """The source registered for script ``name``: with the eviction guard in
+    front for a store that does not allow eviction."""
+    return (EVICTION_GUARD if guarded else "") + SCRIPT_SOURCES[name]
 
 
 def _sha(source: str) -> str:
@@ -140,15 +150,9 @@ def _text(value: bytes | str | None) -> str | None:
 
 
 def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """The URL without onceonly's own options, and those options (last one wins)."""
-    try:
-        parts = urlsplit(url)
-        options = parse_qsl(parts.query, keep_blank_values=True)
-    except ValueError as exc:
-        raise ConfigError(f"malformed Redis URL: {exc}") from exc
-    own = {key: value for key, value in options if key in STORE_OPTIONS}
-    driver_query = urlencode([(key, value) for key, value in options if key not in STORE_OPTIONS])
-    return urlunsplit(parts._replace(query=driver_query)), own
+    """The URL without onceonly's own options, and those options (last one
+    wins); every other option is checked against redis_url's table."""
+    return split_url(url, STORE_OPTIONS)
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -189,11 +193,14 @@ class RedisStore:
     or build one with :meth:`from_url`. Keys are prefixed with ``prefix``.
     ``wait_replicas`` > 0 turns on durable mode (see the module docstring).
 
-    Before its first operation (and on every :meth:`setup`) the store reads the
-    server's ``maxmemory-policy`` (``INFO memory``, allowed where ``CONFIG`` is
-    not, as on ElastiCache) and raises ConfigError unless it is ``noeviction``:
-    an evicting server forgets completed ticks. ``allow_eviction=True``
-    (``?allow_eviction=1``) skips the check and accepts that risk."""
+    Every script reads the server's ``maxmemory-policy`` (``INFO
+    memory``, allowed where ``CONFIG`` is not, as on ElastiCache) before it
+    writes, in the same atomic step, and the call raises ConfigError unless it
+    is ``noeviction``: an evicting server forgets completed ticks, and under
+    ``allkeys-*`` leases. A policy changed on a running server therefore stops
+    the very next grant, claim or renewal. :meth:`setup` reads it too.
+    ``allow_eviction=True`` (``?allow_eviction=1``) skips the check and accepts
+    that risk."""
 
     kind = "redis"
 
@@ -213,15 +220,15 @@ class RedisStore:
         self._client: redis.Redis | None = self._nodes.client if isinstance(self._nodes, OneNode) else None
         self._prefix = common.check_name(prefix, "prefix")
         self._owns_client = owns_client
-        # Checked once per store (one per process in a Lambda): a policy changed
-        # on a running server afterwards is not seen until the next setup().
+        # The policy is read inside every writing script (script_source); setup()
+        # reads it too, to report a bad one before any call.
         self._allow_eviction = common.check_flag(allow_eviction, "allow_eviction")
-        self._eviction_checked = self._allow_eviction
         self._wait_replicas, self._wait_timeout_ms = _check_wait(
             self._nodes.socket_timeout, wait_replicas, wait_timeout_ms)
-        # Only the sources' hashes: a script is loaded on first use (EVALSHA,
-        # then SCRIPT LOAD on the node that does not know it).
-        self._shas: dict[str, str] = {name: _sha(source) for name, source in SCRIPT_SOURCES.items()}
+        # The sources as sent, and their hashes: a script is loaded on first use
+        # (EVALSHA, then SCRIPT LOAD on the node that does not know it).
+        self._sources = {name: script_source(name, guarded=not self._allow_eviction) for name in SCRIPT_NAMES}
+        self._shas: dict[str, str] = {name: _sha(source) for name, source in self._sources.items()}
 
     @classmethod
     def from_url(cls, url: str) -> RedisStore:
@@ -230,8 +237,9 @@ class RedisStore:
         ``allow_eviction=1`` to run on a server whose maxmemory-policy may evict
         keys (see the class docstring). ``timeout``
         (seconds) bounds every operation: half for connecting, half for the
-        reply. Redis-py's own URL options (e.g. ``socket_timeout``) pass through
-        and win over those defaults."""
+        reply. The redis-py options that :mod:`.redis_url` lists (e.g.
+        ``socket_timeout``) pass through and win over those defaults; any other
+        option is a ConfigError."""
         driver_url, options = _split_url(url)
         prefix = options.get("prefix", DEFAULT_PREFIX)
         common.check_name(prefix, "prefix")
@@ -253,19 +261,20 @@ class RedisStore:
         for policy in policies:  # on a cluster, every primary's
             if policy != SAFE_EVICTION_POLICY:
                 raise _eviction_refused(f"is {policy!r}" if policy else "is not in INFO memory")
-        self._eviction_checked = True
 
     def _run(self, what: str, keys: Sequence[str], args: Sequence[str | int] = ()) -> Any:
-        if not self._eviction_checked:
-            self._check_eviction()
         evalsha = ("EVALSHA", self._shas[what], len(keys), *keys, *args)
         durable = self._wait_replicas > 0 and what not in READ_ONLY_SCRIPTS
         commands = [evalsha, ("WAIT", self._wait_replicas, self._wait_timeout_ms)] if durable else [evalsha]
         with _translated(what):
             # Sent once; sent again only where the reply proves it did not run
             # (NOSCRIPT; on a cluster, redirects): see redis_nodes.py.
-            replies = self._nodes.run(keys[0], commands, SCRIPT_SOURCES[what])
+            replies = self._nodes.run(keys[0], commands, self._sources[what])
             result = replies[0]
+            if isinstance(result, redis.ResponseError) and str(result).startswith(EVICTION_REFUSED):
+                policy = str(result)[len(EVICTION_REFUSED):]
+                raise _eviction_refused("could not be read (INFO did not answer)" if policy == "?"
+                                        else f"is {policy!r}") from result
             if isinstance(result, Exception):
                 raise result
             if durable:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class Subscription:
     deleted: bool = False  # soft-deleted (deleted_at): its deliveries end dropped
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests at once (endpoint_limits.py)
     rate_per_second: float = DEFAULT_RATE_PER_SECOND
+    headers: Mapping[str, str] = field(default_factory=dict)  # its own, sent with every attempt
+    failing_since: float | None = None  # epoch: its attempts have all failed since then (endpoint_health.py)
 
     @property
     def signing_secrets(self) -> tuple[str, ...]:
@@ -84,8 +87,8 @@ class AttemptInput:
 class Outcome:
     """What one attempt's result does to the delivery."""
 
-    outcome: str  # succeeded | failed | gone | refused | disabled | dropped (webhook_attempts.outcome)
-    status: str  # the delivery's new status: succeeded | retrying | dead | held | dropped
+    outcome: str  # succeeded | failed | gone | refused | disabled | dropped | aborted (webhook_attempts.outcome)
+    status: str  # the delivery's new status: succeeded | retrying | dead | held | dropped | aborted
     response_code: int | None
     error: str | None
     next_attempt_at: float | None  # epoch seconds, with status retrying
@@ -143,7 +146,8 @@ class DeliveryRepository:
         row = rows[0]
         subscription = Subscription(row.pop("webhook_id"), row.pop("subscription_tenant_id"), row.pop("url"),
                                     row.pop("secret"), row.pop("enabled"), tuple(row.pop("previous_secrets")),
-                                    row.pop("deleted"), row.pop("max_in_flight"), row.pop("rate_per_second"))
+                                    row.pop("deleted"), row.pop("max_in_flight"), row.pop("rate_per_second"),
+                                    row.pop("headers"), row.pop("failing_since"))
         return AttemptInput(subscription=subscription, **row)
 
     def stamp_fence(self, delivery_id: str, generation: int, token: int) -> str | None:

@@ -45,7 +45,8 @@ UPDATE webhook_deliveries d
 RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence,
           extract(epoch FROM coalesce(d.occurred_at, d.created_at))::float8 AS occurred_at,
           s.id AS webhook_id, s.tenant_id AS subscription_tenant_id, s.url, s.secret, s.enabled,
-          s.deleted_at IS NOT NULL AS deleted, s.max_in_flight, s.rate_per_second,
+          s.deleted_at IS NOT NULL AS deleted, s.max_in_flight, s.rate_per_second, s.headers,
+          extract(epoch FROM s.failing_since)::float8 AS failing_since,
           ARRAY(SELECT p ->> 'secret' FROM jsonb_array_elements(s.previous_secrets) p
                  WHERE (p ->> 'until')::float8 > extract(epoch FROM now())
                  ORDER BY (p ->> 'until')::float8 DESC) AS previous_secrets;

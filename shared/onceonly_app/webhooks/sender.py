@@ -30,6 +30,11 @@ from .ssrf import Target
 from .watchdog import SocketWatchdog
 
 USER_AGENT = "onceonly-webhooks/0.1"
+ABORT_HEADER = "webhook-delivery"
+ABORT_VALUE = "abort-message"
+# Headers the sender sets itself: a subscription's own headers never replace them (compared lower-case).
+SENDER_HEADERS = frozenset({"host", "content-type", "content-length", "user-agent", "accept-encoding",
+                            "connection", "transfer-encoding"})
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class SendResult:
     error: str | None  # short reason on failure; never the request body
     retry_after: str | None = None  # the raw Retry-After header of a 429/503 (backoff.py parses it)
     elapsed: float = 0.0
+    aborted: bool = False  # the receiver answered `webhook-delivery: abort-message` (Svix): stop retrying
 
     @property
     def ok(self) -> bool:
@@ -67,8 +73,9 @@ class WebhookSender:
             sock = self._connect(target, deadline, watchdog)
             connection = http.client.HTTPConnection(target.address, target.port)
             connection.sock = sock  # already connected (and TLS-wrapped): never dials again
+            own = {name: value for name, value in headers.items() if name.lower() not in SENDER_HEADERS}
             connection.request("POST", target.path, body=body.encode("utf-8"), headers={
-                **headers, "Host": target.host_header, "Content-Type": "application/json",
+                **own, "Host": target.host_header, "Content-Type": "application/json",
                 "User-Agent": USER_AGENT, "Accept-Encoding": "identity", "Connection": "close"})
             response = connection.getresponse()
             if watchdog.fired:
@@ -78,7 +85,8 @@ class WebhookSender:
             status = response.status
             retry_after = response.getheader("Retry-After") if status in RETRY_AFTER_STATUSES else None
             error = None if 200 <= status < 300 else f"HTTP {status}: {_snippet(response, watchdog)}"
-            return SendResult(status, error, retry_after, time.monotonic() - started)
+            aborted = (response.getheader(ABORT_HEADER) or "").strip().lower() == ABORT_VALUE
+            return SendResult(status, error, retry_after, time.monotonic() - started, aborted)
         except (OSError, http.client.HTTPException) as exc:
             return SendResult(None, _reason(exc, watchdog, deadline), elapsed=time.monotonic() - started)
         finally:

@@ -34,6 +34,7 @@ from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
 from .deliveries import AttemptInput, DeliveryRepository, Outcome, Subscription, delivery_id_for
 from .endpoint_limits import EndpointGate
+from .endpoint_settings import request_headers
 from .lanes import run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
@@ -42,10 +43,11 @@ from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_targ
 
 # Statuses a queue item has nothing left to do for: finished, or held (enabling
 # the subscription queues the delivery again, subscriptions.enable).
-OFF_QUEUE = frozenset({"succeeded", "dead", "held", "expired", "dropped"})
+OFF_QUEUE = frozenset({"succeeded", "dead", "held", "expired", "dropped", "aborted"})
 DISPATCH_TOKEN = 0  # queue items start at token 0; a claim's token is always >= 1
 GONE_REASON = "410 Gone from the endpoint"  # the subscription's disabled_reason
 HELD_ERROR = "subscription disabled: held until it is enabled"
+ABORTED = "aborted by the receiver (webhook-delivery: abort-message): not retried"
 HELD_BACK = "held back by the endpoint's limit (in flight or per second): delayed, no attempt used"
 
 
@@ -63,7 +65,8 @@ class DeadlineNearError(Exception):
 class AttemptReport:
     delivery_id: str
     webhook_id: str
-    outcome: str  # succeeded | failed | gone | refused | disabled | dropped | deferred (endpoint at its limit)
+    outcome: str  # succeeded | failed | gone | refused | disabled | dropped | aborted
+    #               | deferred (endpoint at its limit)
     status: str  # the status written (if recorded; else the one the attempt wanted)
     recorded: bool  # False: refused by the fence (a newer holder owns the delivery)
     attempt: int | None
@@ -87,6 +90,7 @@ class RetryReport:
     dead: int = 0
     held: int = 0  # the subscription is disabled: kept until it is enabled, not attempted
     dropped: int = 0  # the subscription was deleted
+    aborted: int = 0  # the receiver answered webhook-delivery: abort-message
     deferred: int = 0  # held back by the endpoint's limit: delayed, no attempt used
     claims_contended: int = 0  # ack/retry refused: the item was re-granted meanwhile
     leases_reclaimed: int = 0  # the previous holder never recorded its outcome
@@ -117,6 +121,8 @@ class RetryReport:
             self.held += 1
         elif report.status == "dropped":
             self.dropped += 1
+        elif report.status == "aborted":
+            self.aborted += 1
         else:
             self.failed += 1
 
@@ -364,10 +370,13 @@ class WebhookService:
                 assert self.gate is not None
                 return Outcome("deferred", "retrying", None, HELD_BACK, self.clock() + self.gate.held_back_delay())
             body = delivery.body()
-            headers = signed_headers(subscription.signing_secrets, delivery.id, body, self.clock())
+            headers = request_headers(subscription.headers,
+                                      signed_headers(subscription.signing_secrets, delivery.id, body, self.clock()))
             result = self.sender.post(target, body, headers, deadline)
         if result.ok:
             return Outcome("succeeded", "succeeded", result.status_code, None, None)
+        if result.aborted:
+            return Outcome("aborted", "aborted", result.status_code, f"{ABORTED}; {result.error}", None)
         if result.status_code == 410:
             return Outcome("gone", "held", 410, "410 Gone: subscription disabled, held until it is enabled", None)
         return self._failure(result, delivery.attempt)

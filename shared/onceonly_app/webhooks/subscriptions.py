@@ -30,7 +30,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from onceonly import Queue
 from onceonly.stores.sqlfile import load_queries
 from onceonly_app.billing.webhook_events import EVENT_TYPES
 
-from . import deliveries, rotation
+from . import deliveries, endpoint_settings, rotation
 from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND
 from .signing import new_secret
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
@@ -88,15 +88,18 @@ def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: It
         actor: str = APP_ACTOR, subscription_id: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, rate_per_second: float = DEFAULT_RATE_PER_SECOND,
         new_tenant: bool = False, allow_http_hosts: Collection[str] = (),
-        resolver: Resolver | None = None) -> Added:
+        resolver: Resolver | None = None, secret: str | None = None, headers: Mapping[str, str] | None = None,
+        description: str | None = None, metadata: Mapping[str, Any] | None = None) -> Added:
     """Subscribe ``url`` to ``tenant_id``'s events of ``event_types`` (None: every
     type), at most ``max_in_flight`` requests at once and ``rate_per_second``,
     and return its id (``subscription_id``, or a fresh ``wh_…``) and new
     secret. ``allow_http_hosts`` and ``resolver`` are the sender's
     (WebhookConfig): the URL must pass the same SSRF guard as at send time.
     ``new_tenant``: register the tenant with billing's defaults first, if
-    billing does not know it (a fresh deployment). Raises
-    InvalidSubscriptionError; nothing is written then."""
+    billing does not know it (a fresh deployment). ``secret``: a ``whsec_``
+    secret to sign with instead of a fresh one (one migrated from another
+    sender); ``headers``, ``description``, ``metadata``: its own settings
+    (endpoint_settings.py). Raises InvalidSubscriptionError; nothing is written then."""
     if subscription_id is None:
         subscription_id = f"wh_{secrets.token_hex(8)}"
     webhook_id = _check_id("subscription id", subscription_id)
@@ -104,7 +107,9 @@ def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: It
     url = check_url(url, allow_http_hosts, resolver)
     types = check_event_types(event_types)
     limits = check_limits(max_in_flight, rate_per_second)
-    secret = new_secret()
+    settings = _checked_settings(headers, description, metadata)
+    supplied = secret is not None
+    secret = _checked(endpoint_settings.check_secret, secret) if supplied else new_secret()
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         if new_tenant:
             cur.execute(SQL["register_tenant"], {"tenant_id": tenant_id})
@@ -117,8 +122,11 @@ def add(conn: psycopg.Connection[Any], tenant_id: str, url: str, event_types: It
                                                            "event_types": types, **limits}).fetchone()
         if created is None:
             raise InvalidSubscriptionError(f"subscription id {webhook_id!r} is taken")
+        configured = endpoint_settings.write(conn, webhook_id, **settings)
         _record(conn, webhook_id, "add", actor, {"tenant_id": tenant_id, "url": url, "event_types": types,
-                                                 **limits, **({"new_tenant": True} if new_tenant else {})})
+                                                 **limits, **({"new_tenant": True} if new_tenant else {}),
+                                                 **({"secret_supplied": True} if supplied else {}),
+                                                 **{name: c["to"] for name, c in configured.items()}})
     return Added(webhook_id, secret)
 
 
@@ -151,17 +159,21 @@ def update(conn: psycopg.Connection[Any], subscription_id: str, *, url: str | No
 
 
 def rotate_secret(conn: psycopg.Connection[Any], subscription_id: str, *,
-                  overlap: float = rotation.DEFAULT_OVERLAP, actor: str = APP_ACTOR) -> str:
-    """A new signing secret for ``subscription_id`` (returned once); the replaced
-    one keeps signing beside it for ``overlap`` seconds (webhooks/rotation.py).
+                  overlap: float = rotation.DEFAULT_OVERLAP, actor: str = APP_ACTOR,
+                  secret: str | None = None) -> str:
+    """A new signing secret for ``subscription_id`` (``secret``, a supplied
+    ``whsec_`` one, or a fresh one; returned once); the replaced one keeps
+    signing beside it for ``overlap`` seconds (webhooks/rotation.py).
     Raises UnknownSubscriptionError, SubscriptionDeletedError, ValueError."""
     rotation.check_overlap(overlap)
-    secret = new_secret()
+    supplied = secret is not None
+    secret = _checked(endpoint_settings.check_secret, secret) if supplied else new_secret()
     with conn.transaction():
         _lock(conn, subscription_id)
         conn.execute(deliveries.SQL["rotate_secret"], {"webhook_id": subscription_id, "secret": secret,
                                                        "overlap": overlap, "keep": rotation.MAX_PREVIOUS})
-        _record(conn, subscription_id, "rotate-secret", actor, {"overlap": overlap})
+        _record(conn, subscription_id, "rotate-secret", actor,
+                {"overlap": overlap, **({"secret_supplied": True} if supplied else {})})
     return secret
 
 
@@ -316,3 +328,48 @@ def _check_reason(reason: str) -> str:
     if not text or len(text) > MAX_REASON_LENGTH:
         raise ValueError(f"reason must be 1-{MAX_REASON_LENGTH} characters")
     return text
+
+
+def configure(conn: psycopg.Connection[Any], subscription_id: str, *, headers: Mapping[str, str] | None = None,
+              description: str | None = None, metadata: Mapping[str, Any] | None = None,
+              actor: str = APP_ACTOR) -> dict[str, Any]:
+    """Set ``subscription_id``'s own headers (all of them: ``{}`` removes
+    them), description and/or metadata (None: keep); returns what changed
+    (header names, never their values). Audited as "configure" when something
+    changed. Raises InvalidSubscriptionError, UnknownSubscriptionError,
+    SubscriptionDeletedError."""
+    settings = _checked_settings(headers, description, metadata)
+    if all(value is None for value in settings.values()):
+        raise InvalidSubscriptionError("nothing to change: give headers, a description or metadata")
+    with conn.transaction():
+        _lock(conn, subscription_id)
+        changed = endpoint_settings.write(conn, subscription_id, **settings)
+        if changed:
+            _record(conn, subscription_id, "configure", actor, changed)
+    return changed
+
+
+def current_secret(conn: psycopg.Connection[Any], subscription_id: str, *, actor: str = APP_ACTOR) -> str:
+    """The signing secret ``subscription_id`` signs with now. Every read is
+    recorded in the audit ("secret-read", by ``actor``), in the transaction that
+    reads it. Raises UnknownSubscriptionError, SubscriptionDeletedError."""
+    with conn.transaction():
+        _lock(conn, subscription_id)
+        row = conn.execute(SQL["current_secret"], {"webhook_id": subscription_id}).fetchone()
+        assert row is not None  # locked just now
+        _record(conn, subscription_id, "secret-read", actor, {})
+    return str(row[0])
+
+
+def _checked_settings(headers: Mapping[str, str] | None, description: str | None,
+                      metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"headers": _checked(endpoint_settings.check_headers, headers) if headers is not None else None,
+            "description": _checked(endpoint_settings.check_description, description),
+            "metadata": _checked(endpoint_settings.check_metadata, metadata)}
+
+
+def _checked(check: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise InvalidSubscriptionError(str(exc)) from None

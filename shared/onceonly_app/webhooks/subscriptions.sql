@@ -109,17 +109,20 @@ VALUES (%(webhook_id)s, %(action)s, %(actor)s, %(detail)s::jsonb);
 -- name: list_subscriptions --
 -- In: tenant_id (or NULL: all), include_deleted. Never the secrets.
 SELECT id, tenant_id, url, enabled, disabled_reason, event_types, max_in_flight, rate_per_second,
-       created_at, updated_at, deleted_at
+       created_at, updated_at, deleted_at, description
   FROM webhook_subscriptions
  WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
    AND (%(include_deleted)s OR deleted_at IS NULL)
  ORDER BY tenant_id, created_at, id;
 
 -- name: show_subscription --
--- In: webhook_id. Out: the row (never the secrets), how many previous secrets
+-- In: webhook_id. Out: the row (never the secrets, nor header values: an auth
+-- token is one), how many previous secrets
 -- still sign beside the current one, and its deliveries by status.
 SELECT s.id, s.tenant_id, s.url, s.enabled, s.disabled_reason, s.event_types, s.max_in_flight,
        s.rate_per_second, s.created_at, s.updated_at, s.deleted_at,
+       s.description, s.metadata, s.failing_since,
+       ARRAY(SELECT jsonb_object_keys(s.headers) ORDER BY 1) AS header_names,
        (SELECT count(*) FROM jsonb_array_elements(s.previous_secrets) p
          WHERE (p ->> 'until')::float8 > extract(epoch FROM now())) AS previous_secrets_signing,
        (SELECT coalesce(jsonb_object_agg(status, n), '{}')
@@ -134,3 +137,8 @@ SELECT action, actor, at, detail FROM webhook_subscription_audit
  WHERE webhook_id = %(webhook_id)s
  ORDER BY id DESC
  LIMIT %(limit)s;
+
+-- name: current_secret --
+-- In: webhook_id. Out: the secret it signs with now (read under the lock
+-- current_secret took, in the transaction that audits the read).
+SELECT secret FROM webhook_subscriptions WHERE id = %(webhook_id)s;

@@ -40,7 +40,9 @@ Assumptions worth knowing:
   depth) ends within the store's ``timeout`` as a whole: each request waits no
   longer than the time left, nothing is sent after the deadline, and the error
   says how many requests may have been applied (docs/coordination.md,
-  "DynamoDB: one deadline per call").
+  "DynamoDB: one deadline per call"). put_many is the exception: each of its
+  batches gets a deadline of its own, so a large one that keeps making
+  progress finishes.
 
 The modules, one job each: ``store`` (the store, from a URL or your client),
 ``leases``, ``queue``, ``batches`` (many writes: transactions, item by item),

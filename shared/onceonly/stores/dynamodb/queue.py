@@ -85,14 +85,17 @@ class DynamoDBQueue:
         self._table.call(self._table.start("put"), "update_item", **self._put_write(put))
 
     def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
-        """The puts in TransactWriteItems of up to 100 (see batches.write_all).
-        Not BatchWriteItem: its PutItem replaces the whole record, which would
-        reset the token and attempt count of an item that is rescheduled."""
+        """The puts in TransactWriteItems of up to 100 (see batches.write_all),
+        each batch within a ``timeout`` of its own: however many items, the
+        call fails only when one batch does not finish in time, and then no
+        later batch is sent. Not BatchWriteItem: its PutItem replaces the whole
+        record, which would reset the token and attempt count of an item that
+        is rescheduled."""
         puts = common.check_put_items(items)
         # One write per id (the later entry wins): a transaction takes an item
         # once, and concurrent writes of one item would land in any order.
         writes = [("update_item", self._put_write(put)) for put in common.last_put_per_item(puts)]
-        write_all(self._table, self._table.start("put_many"), writes, PUT_MANY_UNFINISHED)
+        write_all(self._table, self._table.start("put_many"), writes, PUT_MANY_UNFINISHED, deadline_per_batch=True)
         return len(puts)
 
     def _put_write(self, put: common.CheckedPut) -> dict[str, Any]:

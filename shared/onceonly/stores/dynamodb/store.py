@@ -118,7 +118,7 @@ class DynamoDBStore(Leases):
                 "dynamodb store needs a region: add ?region=… to the URL or set AWS_DEFAULT_REGION"
             ) from exc
         except BotoCoreError as exc:
-            raise ConfigError(f"cannot build a DynamoDB client: {exc}") from exc
+            raise ConfigError(f"dynamodb option region or endpoint_url refused by botocore: {exc}") from exc
         return cls(client, table, shards, owns_client=True, clock=clock, timeout=timeout)
 
     def setup(self) -> None:
