@@ -94,14 +94,18 @@ def test_a_cluster_url_at_a_single_node_is_a_config_error_and_writes_nothing() -
 
 
 def test_a_plain_url_at_a_cluster_node_is_a_config_error_and_writes_nothing(redis_cluster: LocalCluster) -> None:
+    """setup() asks the node (INFO cluster); without it, a call on a key that
+    another node holds is answered MOVED, which proves the script did not run."""
     prefix = f"plain-{secrets.token_hex(3)}"
-    for node in redis_cluster.nodes[:3]:  # whichever slots each holds
-        store = onceonly.connect(f"redis://127.0.0.1:{node.port}/0?prefix={prefix}")
-        with pytest.raises(onceonly.ConfigError, match="cluster node.*add cluster=1"):
-            store.acquire("job", ttl=30)
-        with pytest.raises(onceonly.ConfigError, match="cluster node"):
-            store.queue("q").put("a")
-        store.close()
+    with redis.RedisCluster.from_url(redis_cluster.url.split("?")[0]) as client:
+        owner = client.nodes_manager.get_node_from_slot(client.keyslot(f"{prefix}:{{lease:job}}"))
+        elsewhere = next(n for n in redis_cluster.primaries() if n.port != owner.port)
+    store = onceonly.connect(f"redis://127.0.0.1:{elsewhere.port}/0?prefix={prefix}")
+    with pytest.raises(onceonly.ConfigError, match="cluster node.*add cluster=1"):
+        store.setup()
+    with pytest.raises(onceonly.ConfigError, match="cluster node.*MOVED.*add cluster=1"):
+        store.acquire("job", ttl=30)
+    store.close()
     with redis.RedisCluster.from_url(redis_cluster.url.split("?")[0]) as client:
         assert list(client.scan_iter(match=f"{prefix}:*", target_nodes="primaries")) == []
 
@@ -133,7 +137,17 @@ def test_the_eviction_check_reads_every_primary() -> None:
             primary.config_set("maxmemory-policy", "volatile-lru")
         store = onceonly.connect(cluster.url)
         with pytest.raises(onceonly.ConfigError, match="'volatile-lru'"):
-            store.acquire("job", ttl=30)
+            store.setup()
+        # each call reads the policy of the node it runs on
+        with redis.RedisCluster.from_url(cluster.url.split("?")[0]) as client:
+            names = [f"job-{n}" for n in range(200)]
+            owners = {name: client.nodes_manager.get_node_from_slot(client.keyslot(f"onceonly:{{lease:{name}}}")).port
+                      for name in names}
+        evicting = next(name for name in names if owners[name] == primary_port)
+        safe = next(name for name in names if owners[name] != primary_port)
+        with pytest.raises(onceonly.ConfigError, match="'volatile-lru'"):
+            store.acquire(evicting, ttl=30)
+        assert store.acquire(safe, ttl=30) is not None
         store.close()
         opted_out = onceonly.connect(f"{cluster.url}&allow_eviction=1")
         assert opted_out.acquire("job", ttl=30) is not None

@@ -137,7 +137,7 @@ def test_a_plain_url_at_a_tls_port_says_so(tls_server: TlsServer) -> None:
 
 @pytest.mark.parametrize(("url", "message"), [
     ("rediss://127.0.0.1:6379?ssl_ca_certs=/nonexistent/ca.pem", "no CA bundle file"),
-    ("redis://127.0.0.1:6379?ssl_ca_certs=/etc/hostname", "needs a rediss:// URL"),
+    ("redis://127.0.0.1:6379?ssl_ca_certs=/etc/hostname", r"only with rediss://"),
 ])
 def test_a_ca_bundle_option_that_cannot_work_is_a_config_error(url: str, message: str) -> None:
     with pytest.raises(onceonly.ConfigError, match=message):

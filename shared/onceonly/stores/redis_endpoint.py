@@ -3,11 +3,13 @@ store reaches the server: one node, or a cluster with ``cluster=1``.
 
 Cluster mode is explicit, not discovered: discovering it costs a round trip
 on every cold start, and a wrong guess changes where keys go. A mismatch is a
-ConfigError on first use either way (a plain URL at a cluster node: INFO
-cluster or a MOVED reply tells; ``cluster=1`` at a plain node: the topology
-read fails). TLS is ``rediss://``; the server's certificate is verified (redis-py's
-default, ``ssl_cert_reqs=required``) against the system's CAs or the bundle in
-``ssl_ca_certs=PATH``."""
+ConfigError either way: a plain URL at a cluster node, on setup() (INFO
+cluster) or at the first MOVED reply, which proves the script did not run;
+``cluster=1`` at a plain node, when the topology is read on first use.
+
+TLS is ``rediss://``; the server's certificate is verified (redis-py's
+default, ``ssl_cert_reqs=required``, which the URL cannot turn off) against
+the system's CAs or the bundle in ``ssl_ca_certs=PATH``."""
 
 from __future__ import annotations
 
@@ -31,10 +33,8 @@ def _check_tls(url: str) -> None:
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     ca_file = options.get(CA_OPTION)
-    if ca_file is None:
+    if ca_file is None:  # with redis:// the option is refused already (redis_url)
         return
-    if parts.scheme.lower() != "rediss":
-        raise ConfigError(f"redis option {CA_OPTION} needs a rediss:// URL (TLS); got {parts.scheme}://")
     if not Path(ca_file).is_file():
         raise ConfigError(f"redis option {CA_OPTION}: no CA bundle file at {ca_file!r}")
 

@@ -98,26 +98,23 @@ class OneNode:
         self.client = client
         self.socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
         self.tls = issubclass(client.connection_pool.connection_class, redis.SSLConnection)
-        self._mode_checked = False
 
     def _refuse_a_cluster_node(self) -> None:
-        """Once per store: a cluster node behind a plain URL would run the
-        scripts of the keys it holds and refuse the others, until a slot moves."""
+        """On setup: a cluster node behind a plain URL runs the scripts of the
+        keys it holds and answers MOVED for the others (a ConfigError in run()),
+        until a slot moves. Not on every cold start: a round trip each."""
         try:
             enabled = str(self.client.info("cluster").get("cluster_enabled", "0"))
         except redis.ResponseError:  # INFO restricted: MOVED replies still tell
             enabled = "0"
         if enabled == "1":
             raise not_a_cluster_url(ConfigError("INFO cluster says cluster_enabled:1"))
-        self._mode_checked = True
 
     def run(self, key: str, commands: Sequence[tuple[Any, ...]], source: str) -> list[Any]:
         with tls_explained(self.tls):
             return self._run(commands, source)
 
     def _run(self, commands: Sequence[tuple[Any, ...]], source: str) -> list[Any]:
-        if not self._mode_checked:
-            self._refuse_a_cluster_node()
         replies = send_once(self.client.connection_pool, commands)
         if isinstance(replies[0], NoScriptError):
             # The server does not know the script, so it did not run: load it
@@ -125,16 +122,17 @@ class OneNode:
             self.client.script_load(source)
             replies = send_once(self.client.connection_pool, commands)
         if isinstance(replies[0], redis.exceptions.AskError):  # MOVED too: the script did not run
-            raise not_a_cluster_url(replies[0])
+            raise not_a_cluster_url(ConfigError(f"it answered MOVED {replies[0]}"))
         return replies
 
     def memory_infos(self) -> list[dict[str, Any]]:
         with tls_explained(self.tls):
+            self._refuse_a_cluster_node()
             return [self.client.info("memory")]
 
     def ping(self) -> None:
         with tls_explained(self.tls):
-            self.client.ping()
+            self._refuse_a_cluster_node()
 
     def close(self) -> None:
         self.client.close()
