@@ -39,6 +39,7 @@ class ClusterNodeProcess:
     port: int
     bus_port: int
     process: subprocess.Popen[bytes]
+    command: list[str]
 
 
 @dataclass
@@ -82,15 +83,21 @@ class LocalCluster:
             "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(self.tls.cert),
             "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
             "--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes"]
-        process = subprocess.Popen(
-            [redis_server_binary(), "--bind", "127.0.0.1", *listen, "--cluster-enabled", "yes",
-             "--cluster-port", str(bus_port), "--cluster-config-file", str(folder / "nodes.conf"),
-             "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
-             "--dir", str(folder), "--repl-diskless-sync-delay", "0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        command = [redis_server_binary(), "--bind", "127.0.0.1", *listen, "--cluster-enabled", "yes",
+                   "--cluster-port", str(bus_port), "--cluster-config-file", str(folder / "nodes.conf"),
+                   "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
+                   "--dir", str(folder), "--repl-diskless-sync-delay", "0"]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.started(process)
-        return ClusterNodeProcess(port, bus_port, process)
+        return ClusterNodeProcess(port, bus_port, process, command)
+
+    def restart(self, node: ClusterNodeProcess) -> None:
+        """Start a stopped node again: its nodes.conf keeps its identity, so it
+        rejoins (a primary that was failed over comes back as a replica)."""
+        assert node.process.poll() is not None, "the node still runs"
+        node.process = subprocess.Popen(node.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.started(node.process)
+        wait_for_port(node.port, node.process, "redis-server (cluster node)")
 
     def _create(self) -> None:
         cli = shutil.which("redis-cli")
