@@ -324,7 +324,11 @@ def test_every_function_waits_for_the_schema_and_logs_with_retention() -> None:
         group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
         assert deployed["Resources"][group]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
     for name in ("CoordinationTable", "WebhookQueue", "WebhookDeadLetterQueue", "TickFailureQueue"):
-        assert deployed["Resources"][name]["DeletionPolicy"] == "Retain", name
+        # kept when the stack is deleted, not when its first deploy rolls back (nothing in them yet)
+        assert deployed["Resources"][name]["DeletionPolicy"] == "RetainExceptOnCreate", name
+        assert deployed["Resources"][name]["UpdateReplacePolicy"] == "Retain", name
+    retained = [name for name, r in deployed["Resources"].items() if r.get("DeletionPolicy") == "Retain"]
+    assert retained == []  # nothing else is left behind by a failed first deploy
 
 
 def test_the_schema_step_waits_for_its_no_retry_setting() -> None:
