@@ -31,7 +31,7 @@ import pytest
 import onceonly
 from onceonly.scheduled import scheduled_time_of, tick_lock_name
 from tests.support.faultproxy import FaultProxy
-from tests.support.faulty_renewals import DEAD, FAIL, Fault, FaultyRenewals, Hang, Slow
+from tests.support.faulty_renewals import DEAD, FAIL, Fault, FaultyRenewals, Hang, LateReply, Slow
 from tests.support.proxied import target_port, through
 
 SCALE = 0.1
@@ -79,7 +79,10 @@ class Duplicates:
 
 @pytest.fixture
 def link(store_url: str) -> Iterator[tuple[str, FaultProxy, onceonly.Store]]:
-    """(the store's URL through a fault proxy, the proxy, a direct store)."""
+    """(the store's URL through a fault proxy, the proxy, a direct store).
+    DynamoDB's assumed clock skew is scaled like the rest (1 s -> 0.1 s)."""
+    if store_url.startswith("dynamodb"):
+        store_url = f"{store_url}&clock_skew={1.0 * SCALE:g}"
     direct = onceonly.connect(store_url)
     direct.setup()
     with FaultProxy(target_port(store_url)) as proxy:
@@ -183,6 +186,47 @@ def test_a_dead_link_tells_the_body_before_a_duplicate_takes_the_tick(
     assert outcome["status"] == "superseded" and outcome["token"] == 1
     state = direct.inspect(tick_lock_name(unique, scheduled_time_of(EVENT)))
     assert state is not None and state.token == 2 and state.completed
+
+
+# Well past the heartbeat's drift allowance (1 % of TTL + 2 ms = 32 ms), well
+# under each driver's reply bound (STORE_TIMEOUT / 2; DynamoDB's read timeout
+# is per chunk).
+LATE_REPLY = 0.3
+
+
+def test_a_renewal_answered_late_then_a_dead_link_is_counted_from_its_send(
+        link: tuple[str, FaultProxy, onceonly.Store], unique: str) -> None:
+    """The first renewal is applied at once but its reply comes LATE_REPLY s
+    later; then the link dies. The lease that renewal gave ends TTL after the
+    store applied it: the body must be told by then. A heartbeat that counted
+    the lease from the reply would tell it about LATE_REPLY s too late, after
+    the duplicate could take the tick; the dead-link case alone leaves it
+    only the 32 ms allowance to be caught in."""
+    url, proxy, direct = link
+    first: list[onceonly.Tick] = []
+    lost_at: list[float] = []
+
+    def body(tick: onceonly.Tick) -> str:
+        tick.on_lost(lambda: lost_at.append(time.time()))
+        duplicates.begin()
+        assert tick.wait_lost(3 * TTL), "never told the lease was lost"
+        assert duplicates.ran.wait(2 * TTL), "no duplicate took the tick"
+        proxy.passthrough()
+        wait_until_answering(tick)
+        return "stale work"
+
+    with Duplicates(direct, unique, first) as duplicates:
+        outcome, store = run_first(url, proxy, [LateReply(LATE_REPLY), DEAD], unique, first, body)
+
+    late, *dead = store.renewals
+    assert late.error is None and late.ended - late.started >= LATE_REPLY, "the late renewal did not succeed late"
+    assert dead and all(call.error is not None for call in dead)
+    acquired, renewed = store.grants
+    assert renewed.expires_at > acquired.expires_at
+    assert lost_at and lost_at[0] <= renewed.expires_at, (
+        f"told {lost_at[0] - renewed.expires_at:.3f} s after the renewed lease ended on the store's clock")
+    assert duplicates.runs == [(2, True)], "the duplicate ran before the first run was told"
+    assert outcome["status"] == "superseded" and outcome["token"] == 1
 
 
 def wait_until_answering(tick: onceonly.Tick) -> None:

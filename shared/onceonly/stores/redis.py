@@ -191,6 +191,8 @@ class RedisStore:
     that risk."""
 
     kind = "redis"
+    # Expiry is decided by the server's clock: no skew between clients to allow for.
+    clock_skew = 0.0
 
     def __init__(
         self, client: redis.Redis, prefix: str = DEFAULT_PREFIX, *, owns_client: bool = False,
