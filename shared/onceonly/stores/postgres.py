@@ -168,6 +168,19 @@ class PostgresQueue:
                                       "payloads": [p.payload for p in batch],
                                       "due_ats": [p.due_at for p in batch]})
 
+    def put_if_absent(self, items: Iterable[tuple[str, float | None, Any]]) -> list[bool]:
+        """One statement per PUT_BATCH items or PUT_BATCH_BYTES of payload."""
+        checked = common.check_put_items(items)
+        puts, kept = common.first_put_per_item(checked)
+        done: set[str] = set()
+        for run in common.batches([len(put.payload) for put in puts], PUT_BATCH, PUT_BATCH_BYTES):
+            batch = puts[run.start:run.stop]
+            rows = self._store._run("put_if_absent", {
+                "queue": self.name, "item_ids": [p.item_id for p in batch], "payloads": [p.payload for p in batch],
+                "due_ats": [p.due_at for p in batch]})
+            done.update(row["item_id"] for row in rows)
+        return common.absent_results(len(checked), puts, kept, done)
+
     def cancel(self, item_id: str) -> bool:
         item_id = common.check_name(item_id, "item_id")
         return bool(self._store._run("cancel", {"queue": self.name, "item_id": item_id}))
