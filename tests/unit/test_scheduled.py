@@ -161,10 +161,11 @@ def test_renew_keeps_the_tick_past_its_first_ttl(store: onceonly.Store, unique: 
 
     def body(event: Any, context: Any, tick: onceonly.Tick) -> None:
         tick.renew(30)
-        time.sleep(0.7)  # past the first 0.4 s lease; renewed, so still ours
+        time.sleep(1.5)  # past the first 1 s lease; renewed, so still ours
         seen.append(handler(event_at(event["time"], "dup"), None))
 
-    handler = onceonly.scheduled(store, job=unique, ttl=0.4)(body)
+    # 1 s: the renewal must reach a loaded store before the first lease ends.
+    handler = onceonly.scheduled(store, job=unique, ttl=1.0)(body)
     assert handler(event_at("2026-11-29T02:00:00Z"), None)["status"] == "ran"
     assert seen[0]["reason"] == "running"
 
