@@ -77,7 +77,7 @@ READ_ONLY_SCRIPTS = frozenset({"inspect", "depth"})
 
 SCRIPT_NAMES = (
     "acquire", "renew", "release", "complete", "inspect",
-    "put", "cancel", "claim", "retry", "depth",
+    "put", "cancel", "claim", "retry", "depth", "put_if_absent",
 )
 
 
@@ -203,6 +203,8 @@ class RedisStore:
     that risk."""
 
     kind = "redis"
+    # Expiry is decided by the server's clock: no skew between clients to allow for.
+    clock_skew = 0.0
 
     def __init__(
         self, client: redis.Redis | RedisCluster | Nodes, prefix: str = DEFAULT_PREFIX, *,
@@ -376,6 +378,17 @@ class RedisQueue:
         args = [field for put in puts
                 for field in (put.item_id, put.payload, "" if put.due_at is None else _epoch_ms(put.due_at))]
         return int(self._run("put", args))
+
+    def put_if_absent(self, items: Iterable[tuple[str, float | None, Any]]) -> list[bool]:
+        """One script call for the whole batch (see ``redis_put_if_absent.lua``)."""
+        checked = common.check_put_items(items)
+        puts, kept = common.first_put_per_item(checked)
+        if not puts:
+            return []
+        args = [field for put in puts
+                for field in (put.item_id, put.payload, "" if put.due_at is None else _epoch_ms(put.due_at))]
+        done = {put.item_id for put, put_now in zip(puts, self._run("put_if_absent", args), strict=True) if put_now}
+        return common.absent_results(len(checked), puts, kept, done)
 
     def cancel(self, item_id: str) -> bool:
         return bool(self._run("cancel", [common.check_name(item_id, "item_id")]))
