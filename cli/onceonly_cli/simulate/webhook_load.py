@@ -61,7 +61,7 @@ SELECT id, extract(epoch FROM next_attempt_at - updated_at)::float8 FROM webhook
  WHERE id = ANY(%s) AND status = 'retrying'"""
 # The disabled subscription's state, and how many of the given deliveries are held.
 HELD_STATE = """
-SELECT s.enabled, extract(epoch FROM s.updated_at)::float8 AS changed_at,
+SELECT s.enabled,
        (SELECT count(*) FROM webhook_deliveries d WHERE d.id = ANY(%(ids)s) AND d.status = 'held') AS held
   FROM webhook_subscriptions s WHERE s.id = %(webhook_id)s"""
 # Outcome writes the fence refused: a holder that outlived its claim.
@@ -92,7 +92,7 @@ class WebhookLoad:
     gone: str = ""  # the subscription whose endpoint answers 410 until it is enabled again
     revived: threading.Event = field(default_factory=threading.Event)  # set: that endpoint answers 2xx
     held: set[str] = field(default_factory=set)  # delivery ids of its events: held, then delivered
-    disabled_at: float | None = None  # when the 410 disabled it (the database's time)
+    disabled_at: float | None = None  # when the run first saw the 410's disable committed (this host's clock)
     enabled_at: float | None = None  # when the run enabled it again
     message_delivery: dict[str, str] = field(default_factory=dict)  # SQS message id -> delivery id
     first_sent: dict[str, float] = field(default_factory=dict)
@@ -231,9 +231,15 @@ class WebhookLoad:
         if self.enabled_at is not None:
             return
         row = conn.execute(HELD_STATE, {"ids": list(self.held), "webhook_id": self.gone}).fetchone()
-        if row is None or row[0] or row[2] < len(self.held):
+        if row is None or row[0]:
             return
-        self.disabled_at = float(row[1])
+        if self.disabled_at is None:
+            # Dated when read back, so at or after its commit. Its updated_at is the
+            # disabling transaction's start: an attempt that read the subscription
+            # between that and the commit saw it enabled and rightly sent.
+            self.disabled_at = time.time()
+        if row[1] < len(self.held):
+            return
         self.revived.set()
         self.enabled_at = time.time()
         enable(conn, queue, self.gone)
