@@ -54,6 +54,8 @@ SELECT count(*) FROM activity_events a
  WHERE a.tenant_id = ANY(%(tenants)s) AND a.kind = ANY(%(types)s)
    AND EXISTS (SELECT 1 FROM webhook_subscriptions s
                 WHERE s.id = ANY(%(ids)s) AND s.tenant_id = a.tenant_id AND NOT a.kind = ANY(s.event_types))"""
+DISABLES = """
+SELECT actor, detail FROM webhook_subscription_audit WHERE webhook_id = %s AND action = 'disable' ORDER BY id"""
 OUTBOX_CROSSING = """
 SELECT o.webhook_id, o.event_id, o.tenant_id, s.tenant_id AS subscription_tenant
   FROM webhook_outbox o JOIN webhook_subscriptions s ON s.id = o.webhook_id
@@ -214,6 +216,8 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
     the retry schedule draws."""
     from onceonly_app.billing.webhook_events import EVENT_TYPES
 
+    from .recovery_checks import judge_auto_disable, judge_recover  # they build on this module's judges
+
     requests = requests_of(history, set(load.tenant_of))
     with conn.cursor(row_factory=dict_row) as cur:
         deliveries = [d for d in cur.execute(DELIVERIES) if d["webhook_id"] in load.tenant_of]
@@ -223,6 +227,9 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
             attempts.setdefault(row["delivery_id"], []).append(row)
         held_attempts = cur.execute(HELD_ATTEMPTS, (sorted(load.held),)).fetchall()
         filters = {row["id"]: row["event_types"] for row in cur.execute(FILTERS, (sorted(load.tenant_of),))}
+        recovery = load.recovery
+        failing_attempts = cur.execute(HELD_ATTEMPTS, (sorted(recovery.failing_ids),)).fetchall()
+        disables = cur.execute(DISABLES, (recovery.failing,)).fetchall()
         unwanted = cur.execute(UNWANTED_EVENTS, {"tenants": sorted(set(load.tenant_of.values())),
                                                  "types": list(EVENT_TYPES), "ids": sorted(filters)}).fetchone()
     statuses = {d["id"]: d["status"] for d in deliveries}
@@ -237,4 +244,10 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
             judge_filters(requests, filters, set(EVENT_TYPES), int(unwanted["count"]) if unwanted else 0),
             judge_caps(requests, load.caps),
             judge_nothing_lost(statuses, {name: load.fed_to.get(name, set()) - load.parked for name in load.caps},
-                               accepted)]
+                               accepted),
+            judge_recover([r for r in requests if r.endpoint == recovery.aborting], statuses,
+                          recovery.aborted - load.parked, recovery.recovered_at, recovery.recovered),
+            judge_auto_disable([r for r in requests if r.endpoint == recovery.failing],
+                               [r for r in requests if r.endpoint == recovery.operational], failing_attempts,
+                               statuses, recovery.failing_ids - load.parked, disables, recovery.failing,
+                               recovery.notice, recovery.disabled_at, recovery.enabled_at)]

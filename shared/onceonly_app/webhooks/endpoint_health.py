@@ -91,7 +91,8 @@ class EndpointHealth:
         if event_type in OPERATIONAL_EVENT_TYPES:
             return []
         event_id_ = f"{MESSAGE_EXHAUSTED}:{delivery_id}:{generation}"
-        payload = {"delivery_id": delivery_id, "subscription_id": webhook_id, "event_id": event_id,
+        payload = {"tenant_id": tenant_id, "delivery_id": delivery_id, "subscription_id": webhook_id,
+                   "event_id": event_id,
                    "event_type": event_type, "last_attempt": {"response_code": response_code, "error": error,
                                                               "at": _iso(self.clock())}}
         subject = f"Webhook message {delivery_id} to {webhook_id} ran out of attempts"
@@ -110,8 +111,8 @@ class EndpointHealth:
             return None
         tenant_id = str(row["tenant_id"])
         event_id = f"{ENDPOINT_DISABLED}:{webhook_id}:{failing_since:.6f}"
-        payload = {"subscription_id": webhook_id, "failing_since": _iso(failing_since), "reason": reason,
-                   "trigger": "automatic"}
+        payload = {"tenant_id": tenant_id, "subscription_id": webhook_id, "failing_since": _iso(failing_since),
+                   "reason": reason, "trigger": "automatic"}
         subject = f"Webhook endpoint {webhook_id} was disabled"
         body = (f"Subscription {webhook_id} was disabled automatically: every attempt has failed since "
                 f"{_iso(failing_since)}. Its events are kept (held). Fix the endpoint, then "
