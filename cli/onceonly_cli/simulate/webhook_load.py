@@ -247,6 +247,11 @@ class WebhookLoad:
             + len(self._recovery_ids)
 
     @property
+    def notices(self) -> set[str]:
+        """Expected deliveries that are neither events nor relayed: the operational notices."""
+        return {self.recovery.notice} if self.recovery else set()
+
+    @property
     def _recovery_ids(self) -> set[str]:
         return self.recovery.aborted | self.recovery.failing_ids if self.recovery else set()
 
