@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="domain PostgreSQL URL (default: $DATABASE_URL; required if that is unset)")
     migrate.add_argument("--store", metavar="URL",
                          help="coordination store URL (default: $ONCEONLY_STORE_URL, else the database)")
+    migrate.add_argument("--repair", action="store_true",
+                         help="reset the fences and re-queue deliveries into the store even if it looks unchanged "
+                              "(after a store switch, once the old functions stopped: docs/deploy.md)")
+    migrate.add_argument("--stack", metavar="STACK_ID",
+                         help="hand the database over to this CloudFormation stack (arn:…:stack/NAME/…)")
 
     selftest = commands.add_parser("selftest", help="race processes against a store and check the history")
     selftest.add_argument("--store", metavar="URL",

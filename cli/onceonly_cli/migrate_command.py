@@ -1,6 +1,8 @@
 """`onceonly migrate`: apply the domain migrations and the coordination store's
 setup() to the databases an operator names, the same step a deploy runs
-through the SchemaMigration custom resource. Idempotent."""
+through the SchemaMigration custom resource, store identity check and repair
+included (``--repair`` forces the repair, ``--stack`` hands the database to
+another stack). Idempotent."""
 
 from __future__ import annotations
 
@@ -16,11 +18,17 @@ def migrate_command(args: argparse.Namespace) -> int:
     import psycopg
 
     from onceonly_app.appdb.schema import apply_schema
+    from onceonly_app.appdb.store_switch import stack_of
 
     targets = resolve_targets(args.database, args.store, servers=None)
     check_database(targets.database_url)
+    stack = getattr(args, "stack", None)
+    if stack is not None and ":stack/" not in stack:
+        raise CliError(f"--stack needs a CloudFormation stack id (arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/…), "
+                       f"got {stack!r}")
     try:
-        report = apply_schema(targets.database_url, targets.store_url)
+        report = apply_schema(targets.database_url, targets.store_url, stack=stack_of(stack),
+                              force_repair=getattr(args, "repair", False), hand_over=stack is not None)
     except psycopg.Error as exc:
         raise CliError(f"migrating {redact(targets.database_url)} failed: {_first_line(exc)}") from None
     except onceonly.OnceOnlyError as exc:
@@ -28,6 +36,7 @@ def migrate_command(args: argparse.Namespace) -> int:
     applied = ", ".join(report.migrations_applied) or "none (already up to date)"
     print(f"database {redact(targets.database_url)}: migrations applied: {applied}")
     print(f"store {redact(targets.store_url)}: {report.store_kind} set up")
+    print(report.store_switch.summary())
     return 0
 
 

@@ -139,9 +139,9 @@ def _add(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespac
     table.add_row("id", added.id)
     table.add_row("signing secret", added.secret)
     table.add_row("", "shown only now: configure your receiver with it")
-    return Done({"id": added.id, "tenant_id": args.tenant, "url": args.url, "event_types": args.event_types,
-                 **limits, "secret": added.secret, "description": args.description, "metadata": args.metadata,
-                 "header_names": sorted(dict(args.headers or ()))}, table)
+    # What was stored (the URL as normalised, the types sorted, the limits with
+    # their defaults), not what was typed; the secret beside it, once.
+    return Done({**_stored(conn, added.id), "secret": added.secret}, table)
 
 
 def _list(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
@@ -189,7 +189,7 @@ def _update(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Names
     if settings:  # the subscription's own settings: a change of their own in the audit ("configure")
         changed.update(configure(conn, args.webhook_id, actor=args.actor, **settings))
     text = "; ".join(f"{field}: {json.dumps(c['from'])} -> {json.dumps(c['to'])}" for field, c in changed.items())
-    return Done({"id": args.webhook_id, "changed": changed},
+    return Done({**_stored(conn, args.webhook_id), "changed": changed},
                 f"{args.webhook_id}: {text or 'nothing changed'} (applies to events from now on)")
 
 
@@ -328,6 +328,15 @@ ACTIONS: dict[str, Callable[[Ops | None, psycopg.Connection[Any], argparse.Names
     "disable": _disable, "enable": _enable, "delete": _delete, "secret": _secret,
     "attempts": _attempts, "recover": _recover, "replay": _recover, "contact": _contact,
 }
+
+
+def _stored(conn: psycopg.Connection[Any], webhook_id: str) -> dict[str, Any]:
+    """The subscription's row as stored (never a secret), without its history."""
+    from onceonly_app.webhooks.subscriptions import show
+
+    row = show(conn, webhook_id)
+    row.pop("changes")
+    return row
 
 
 def _types_cell(event_types: list[str] | None) -> str:

@@ -19,13 +19,18 @@ def _load() -> tuple[custom_resource.Step, Any]:
 
     from onceonly_app.appdb.schema import apply_schema
     from onceonly_app.appdb.settings import database_url, store_url
+    from onceonly_app.appdb.store_switch import stack_of
+
+    logger = Logger(service="schema-migration")
 
     def apply(responder: custom_resource.Responder) -> dict[str, str]:
-        report = apply_schema(database_url(), store_url(), responder)
+        report = apply_schema(database_url(), store_url(), responder, stack=stack_of(responder.stack_id))
+        if report.store_switch.repaired:
+            logger.warning(report.store_switch.summary(), extra=report.store_switch.as_data())
         return {"MigrationsApplied": ",".join(report.migrations_applied) or "none", "StoreKind": report.store_kind,
-                "SchemaVersion": report.schema_version}
+                "SchemaVersion": report.schema_version, **report.store_switch.as_data()}
 
-    return apply, Logger(service="schema-migration")
+    return apply, logger
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -32,7 +32,11 @@ ANSWER_FIELDS = ("ResponseURL", "StackId", "RequestId", "LogicalResourceId")  # 
 REQUEST_TYPES = ("Create", "Update", "Delete")
 ANSWER_MARGIN_SECONDS = 10.0  # answer FAILED this long before the function's own timeout
 COMMIT_GRACE_SECONDS = 5.0  # a timeout during a claimed COMMIT waits this long for its outcome (< the margin)
-MAX_REASON = 1000  # CloudFormation shows the reason in the stack events
+# CloudFormation refuses a response body over 4,096 bytes: the reason is capped
+# by its bytes in the JSON sent (a non-ASCII character is escaped to 6), the
+# rest of the body (ids, attributes) fits in what is left.
+MAX_REASON_BYTES = 1500
+MAX_RESPONSE_BYTES = 4096
 PUT_ATTEMPTS = 3  # the answer is the deploy's only signal: retry a network failure, never a refusal
 PUT_TIMEOUT_SECONDS = 10.0
 
@@ -87,6 +91,11 @@ class Responder:
         self._commit_claimed = False
         self.sent: dict[str, Any] | None = None
 
+    @property
+    def stack_id(self) -> str | None:
+        """The requesting stack's id (the database is set up for one stack at a time)."""
+        return self._event.get("StackId")
+
     def seconds_left(self) -> float:
         """Until the answer is due: no statement of the run should last longer."""
         return self._deadline - time.monotonic()
@@ -107,7 +116,7 @@ class Responder:
             event = self._event
             self.sent = {
                 "Status": status,
-                "Reason": reason[:MAX_REASON] or status,
+                "Reason": capped(reason, MAX_REASON_BYTES) or status,
                 "PhysicalResourceId": event.get("PhysicalResourceId") or PHYSICAL_ID,
                 "StackId": event["StackId"],
                 "RequestId": event["RequestId"],
@@ -115,7 +124,11 @@ class Responder:
                 "Data": data or {},
             }
             self._changed.notify_all()
-            _put(event["ResponseURL"], json.dumps(self.sent).encode())
+            body = json.dumps(self.sent).encode()
+            if len(body) > MAX_RESPONSE_BYTES:  # attributes too long for CloudFormation: the status still goes
+                self.sent["Data"] = {}
+                body = json.dumps(self.sent).encode()
+            _put(event["ResponseURL"], body)
             return True
 
     def time_out(self, reason: str) -> bool:
@@ -127,6 +140,17 @@ class Responder:
                 reason = "the schema step's COMMIT did not return in time; its outcome is unknown (the next " \
                          "deploy or `onceonly migrate` applies whatever is missing)"
             return self.send("FAILED", reason)
+
+
+def capped(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` whose JSON encoding (as json.dumps
+    writes it, ASCII-escaped) takes at most ``limit`` bytes, quotes excluded."""
+    cost = 0
+    for index, char in enumerate(text):
+        cost += len(json.dumps(char)) - 2
+        if cost > limit:
+            return text[:index]
+    return text
 
 
 def _put(url: str, body: bytes) -> None:
@@ -189,9 +213,7 @@ def handle(event: Any, seconds_left: Callable[[], float], load: Callable[[], tup
                        "function runs with): the schema is left as it is; migrations are additive, so the previous "
                        "code runs on it", {"MigrationsApplied": "none"})
         return responder.sent or {}
-    watchdog = threading.Timer(budget, responder.time_out,
-                               ("schema step did not finish before the function's timeout (store unreachable, or a "
-                                "lock held by a long transaction?); nothing was committed",))
+    watchdog = threading.Timer(budget, responder.time_out, (timeout_reason(budget),))
     watchdog.daemon = True
     watchdog.start()
     try:
@@ -215,6 +237,16 @@ def handle(event: Any, seconds_left: Callable[[], float], load: Callable[[], tup
     finally:
         watchdog.cancel()
     return responder.sent or {}
+
+
+def timeout_reason(budget: float) -> str:
+    """The watchdog's reason: which timeout ran out, and what to do about a
+    migration that needs longer than any deploy gives it."""
+    return (f"the schema step did not finish within {budget:.0f} s (the function's timeout less "
+            f"{ANSWER_MARGIN_SECONDS:g} s to answer); nothing was committed. A migration that needs longer cannot "
+            "run inside a deploy: run `onceonly migrate --database URL --store URL` before `sam deploy` "
+            "(docs/deploy.md, \"Long migrations\"). Otherwise the database or store was unreachable, or a long "
+            "transaction held a lock")
 
 
 def _log(level: str, message: str, **fields: Any) -> None:

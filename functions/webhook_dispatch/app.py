@@ -45,6 +45,9 @@ def count(result: DispatchResult) -> None:
         metrics.add_metric(name="claims_contended", unit=MetricUnit.Count, value=1)
     elif result.kind == "fenced" or (result.attempt is not None and not result.attempt.recorded):
         metrics.add_metric(name="fenced_writes_refused", unit=MetricUnit.Count, value=1)
+    elif result.attempt is not None and result.attempt.outcome == "deferred":
+        # Held back by the endpoint's limit: no attempt was made, none failed.
+        metrics.add_metric(name="deliveries_deferred", unit=MetricUnit.Count, value=1)
     elif result.attempt is not None:
         metrics.add_metric(name=OUTCOME_METRICS[result.attempt.status], unit=MetricUnit.Count, value=1)
         if result.attempt.auto_disabled:  # alarmed on (template.yaml, WebhookAutoDisabledAlarm)

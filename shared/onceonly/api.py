@@ -77,6 +77,14 @@ class Queue(Protocol):
         number of entries put. Not atomic as a whole: after a store error some
         items may be written; put is idempotent, so retry the call."""
 
+    def put_if_absent(self, items: Iterable[tuple[str, float | None, Any]]) -> list[bool]:
+        """Put each ``(item_id, due_at, payload)`` only if the queue holds no item
+        of that id, whatever its state (waiting, due or claimed): an item a
+        worker holds is never rescheduled or taken from it. Whether each entry
+        was put, in the order given (an id listed twice: only its first entry
+        can be). Checked like put_many; each item's check-and-put is atomic,
+        the call as a whole is not (retry it: it is idempotent)."""
+
     def cancel(self, item_id: str) -> bool:
         """Remove the item whatever its state. False if it was not there."""
 

@@ -7,6 +7,7 @@ attempt. Evidence: the receiver's history and the deliveries table."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,6 +23,7 @@ from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, slot_name
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from onceonly_cli.simulate.subscription_checks import max_open
 from tests.concurrency.race import run_workers
+from tests.support.held_deliveries import held_subscription
 from tests.support.webhook_workers import retry_worker
 from tests.support.webhooks import (
     context,
@@ -56,21 +58,10 @@ def test_replicas_never_exceed_the_endpoints_in_flight_cap_and_lose_nothing(
     # Two claims per round and per worker: the 4 replicas share the queue (and each still sends two at once).
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), WEBHOOK_CLAIM_BATCH="2")
     with psycopg.connect(webhook_db, autocommit=True) as conn:
-        added = subscriptions.add(conn, _tenant(conn), "http://127.0.0.1:9/", max_in_flight=MAX_IN_FLIGHT,
-                                  allow_http_hosts={"127.0.0.1"})
-        url = receiver.endpoint(new_id("ep"), added.secret, Behaviour(latency=LATENCY))
-        subscriptions.update(conn, added.id, url=url, allow_http_hosts={"127.0.0.1"})
-        tenant = str(subscriptions.show(conn, added.id)["tenant_id"])
         # Held while disabled, then released all at once: EVENTS deliveries due now for the replicas.
-        subscriptions.disable(conn, added.id, "filling the queue")
-        events = [new_id("evt") for _ in range(EVENTS)]
-        with lambda_env(env) as (dispatch, _):
-            assert dispatch(sqs_event([message(added.id, e, tenant_id=tenant) for e in events]),
-                            context("dispatch")) == {"batchItemFailures": []}
-        expected = [delivery_id_for(added.id, e) for e in events]
-        assert {r["status"] for r in deliveries(webhook_db, expected).values()} == {"held"}
-        assert receiver.history() == []
-        assert len(subscriptions.enable(conn, store.queue(env["WEBHOOK_QUEUE"]), added.id).released) == EVENTS
+        webhook_id, expected = held_subscription(conn, env, receiver, EVENTS, Behaviour(latency=LATENCY),
+                                                 max_in_flight=MAX_IN_FLIGHT)
+        assert len(subscriptions.enable(conn, store.queue(env["WEBHOOK_QUEUE"]), webhook_id).released) == EVENTS
 
     summaries = run_workers(retry_worker, WORKERS, tmp_path / "retry", env, won=lambda s: s["claimed"] > 0)
     with lambda_env(env) as (_, retry):  # the held-back ones come due again shortly
@@ -128,8 +119,22 @@ def test_the_rate_bucket_grants_at_most_a_burst_plus_the_rate_across_processes(
     assert len(grants) >= RATE  # the burst was granted
 
 
+def _emitted(output: str) -> Counter[str]:
+    """The metrics the handlers published (Powertools' EMF lines on stdout), summed by name."""
+    emitted: Counter[str] = Counter()
+    for line in output.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            record = json.loads(line)
+            for directive in record["_aws"]["CloudWatchMetrics"]:
+                for metric in directive["Metrics"]:
+                    value = record[metric["Name"]]
+                    emitted[metric["Name"]] += int(sum(value) if isinstance(value, list) else value)
+    return emitted
+
+
 def test_a_first_attempt_held_back_by_the_cap_is_delayed_without_using_an_attempt(
-    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver,
+    capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"))
     with psycopg.connect(webhook_db, autocommit=True) as conn:
@@ -147,6 +152,9 @@ def test_a_first_attempt_held_back_by_the_cap_is_delayed_without_using_an_attemp
                         context("dispatch")) == {"batchItemFailures": []}
         row = deliveries(webhook_db, [delivery_id])[delivery_id]
         assert (row["status"], row["attempts"]) == ("retrying", 0) and receiver.history() == []
+        # Counted as what it was, as the retry worker counts it: deferred, not failed.
+        emitted = _emitted(capsys.readouterr().out)
+        assert emitted["deliveries_deferred"] == 1 and emitted["deliveries_failed"] == 0, emitted
         time.sleep(HELD_BACK_DELAY[1])  # due again
         assert retry(scheduled_event(), context("retry", 20))["deferred"] >= 1
         assert receiver.history() == []  # still held back: the slot is taken

@@ -326,6 +326,22 @@ def test_every_function_waits_for_the_schema_and_logs_with_retention() -> None:
         assert deployed["Resources"][name]["DeletionPolicy"] == "Retain", name
 
 
+def test_the_schema_step_waits_for_its_no_retry_setting() -> None:
+    """CloudFormation may create independent resources in parallel: without the
+    dependency, the first request could reach the function before its
+    MaximumRetryAttempts: 0 is in place, and Lambda would retry a step the
+    stack has moved on from."""
+    resources = _deployed()["Resources"]
+    (config,) = [name for name, r in resources.items() if r["Type"] == "AWS::Lambda::EventInvokeConfig"
+                 and r["Properties"]["FunctionName"] == {"Ref": "SchemaMigrationFunction"}]
+    assert resources[config]["Properties"]["MaximumRetryAttempts"] == 0
+    assert config in _as_list(resources["SchemaMigration"].get("DependsOn"))
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
 def test_kms_key_and_tracing_parameters() -> None:
     plain = _deployed()["Resources"]["FunctionCommonPolicy"]["Properties"]["PolicyDocument"]["Statement"]
     assert [s["Action"] for s in plain] == ["secretsmanager:GetSecretValue"]

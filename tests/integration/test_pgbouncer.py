@@ -16,6 +16,7 @@ import onceonly
 from onceonly.stores.pgpool import bounded_pool, split_options
 from onceonly_cli.scratch import create_database, drop_database
 from tests.support.pgbouncer import PgBouncer
+from tests.support.refusals import set_up_once_seen
 
 TIMEOUT = 2.0  # the store's bound; its pool would wait TIMEOUT/2 for a connection
 FAST = TIMEOUT / 10  # a refusal must arrive well before that wait ends (the server answers in ms)
@@ -85,14 +86,7 @@ def test_a_warm_store_keeps_reporting_a_refusal_at_once_and_sees_the_fix(postgre
             refuses_at_once(store, f'database "{name}" does not exist')
             time.sleep(TIMEOUT / 4)  # spans the pool's first retries of the connect
         create_database(postgres_server_url, name)
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            try:
-                store.setup()
-                break
-            except onceonly.StoreRefusedError:
-                assert time.monotonic() < deadline, "the fixed database was never seen"
-                time.sleep(0.05)
+        set_up_once_seen(store, within=TIMEOUT)
         assert store.acquire("seen", ttl=30) is not None
     finally:
         store.close()

@@ -2,8 +2,10 @@
 noeviction, Redis deletes keys when memory fills, and a completed tick's
 record (it has an expiry) goes first under every volatile-* policy: the tick
 then runs again, with token 1 a second time. The store reads the policy
-(INFO memory) before its first operation and on setup(), and refuses any
-other policy with a ConfigError unless the URL opts out (allow_eviction=1).
+(INFO memory) inside every script, in the same atomic step as its write, and
+on setup(), and refuses any other policy with a ConfigError unless the URL
+opts out (allow_eviction=1). A policy changed on a running server stops the
+very next call.
 
 Every server here is a private redis-server started with the policy under
 test, on a free loopback port, stopped when the test ends."""
@@ -37,7 +39,7 @@ def info_calls(server: RedisProcess) -> int:
         return int(client.info("commandstats").get("cmdstat_info", {}).get("calls", 0))
 
 
-def test_noeviction_works_and_is_checked_once_per_store() -> None:
+def test_noeviction_works_and_is_checked_inside_every_call() -> None:
     with private_redis("--maxmemory-policy", "noeviction") as server:
         store = onceonly.connect(server.url)
         store.setup()
@@ -50,7 +52,8 @@ def test_noeviction_works_and_is_checked_once_per_store() -> None:
         server.reset_stats()
         for n in range(5):
             assert fresh.acquire(f"lease-{n}", ttl=30) is not None
-        assert info_calls(server) == 1  # the check ran before the first call only
+        # The check runs inside each script (INFO from Lua), not as a round trip of its own.
+        assert info_calls(server) == server.evalsha_calls() == 5
         fresh.close()
 
 
@@ -151,3 +154,37 @@ def test_not_opted_out_the_same_server_is_refused_before_the_tick_runs() -> None
         assert ran == []
         with server.client() as client:
             assert client.dbsize() == 0
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru"])
+def test_a_policy_changed_at_runtime_stops_the_next_grant_claim_and_renewal(policy: str) -> None:
+    """ElastiCache applies a parameter group's change to a running server: a
+    warm store (its first calls made under noeviction) must see it at once,
+    before the server can evict a lease and grant it again with token 1."""
+    with private_redis("--maxmemory", "3mb", "--maxmemory-policy", "noeviction") as server:
+        store = onceonly.connect(server.url)
+        store.setup()
+        lease = store.acquire("held", ttl=600)
+        queue = store.queue("q")
+        queue.put("item")
+        assert lease is not None and lease.token == 1
+        with server.client() as client:
+            client.config_set("maxmemory-policy", policy)
+            refused = [lambda: store.acquire("held", ttl=30), lambda: store.acquire("other", ttl=30),
+                       lambda: store.renew(lease, ttl=600), lambda: queue.claim(limit=5, lease=30),
+                       lambda: queue.put("more"), lambda: store.complete(lease, keep=60, expire=True)]
+            for call in refused:
+                with pytest.raises(onceonly.ConfigError, match=f"maxmemory-policy is '{policy}'"):
+                    call()
+            # Memory fills; under allkeys-* the lease itself is evicted.
+            lease_key, filled = "onceonly:{lease:held}", 0
+            while policy.startswith("allkeys") and client.exists(lease_key) and filled < 5000:
+                client.set(f"fill:{filled}", "x" * 8192)
+                filled += 1
+            assert not (policy.startswith("allkeys") and client.exists(lease_key)), "the lease was never evicted"
+            with pytest.raises(onceonly.ConfigError):
+                store.acquire("held", ttl=30)  # not granted again, with token 1 or any other
+            client.config_set("maxmemory-policy", "noeviction")  # fixed: the next call works
+            client.flushall()
+        assert store.acquire("fresh", ttl=30) is not None
+        store.close()

@@ -25,7 +25,7 @@ import onceonly
 from onceonly_app.appdb import migrate
 from onceonly_app.appdb.schema import apply_schema
 from tests.e2e.cli_support import one_line_error, run_cli
-from tests.support.built_schema_function import BuiltFunction, build, finished, finished_at
+from tests.support.built_schema_function import BuiltFunction, build, finished, finished_at, source_custom_resource
 from tests.support.cfn_response import ResponseUrl
 from tests.support.scratch import delete_table, scratch_database
 
@@ -331,3 +331,46 @@ def test_apply_schema_sets_up_the_store_it_is_given(fresh_db: str, dynalite_endp
     finally:
         store.close()
         delete_table(dynamodb_url)  # the session's dynalite must end with no test's tables
+
+
+def test_a_store_switch_is_repaired_and_reported_and_another_stack_refused(
+        built: BuiltFunction, fresh_db: str, redis_url: str, response_url: ResponseUrl) -> None:
+    """StoreUrlSecretArn changed (redis -> the database's own PostgreSQL): the
+    step notices the new store, repairs, and says so in its answer and its log;
+    a second stack's Create on the same database is refused with the reason."""
+    on_redis = {**code_env(fresh_db, 1), "ONCEONLY_STORE_URL": redis_url}
+    created = finished(built.invoke(request("Create", response_url, properties(1)), on_redis))
+    assert created["Status"] == "SUCCESS" and created["Data"]["StoreSwitch"] == "first-record", created
+    process = built.invoke(request("Update", response_url, properties(1, SchemaRunId="switch"), properties(1)),
+                           code_env(fresh_db, 1))
+    stdout, stderr = process.communicate(timeout=120)
+    switched = json.loads(stdout.strip().splitlines()[-1])
+    assert switched["Status"] == "SUCCESS", switched
+    assert switched["Data"]["StoreSwitch"] == "switched" and switched["Data"]["StoreKind"] == "postgresql"
+    assert switched["Data"]["DeliveriesRequeued"] == "0" and switched["Data"]["FencesReset"] == "0"
+    logged = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"level"')]
+    assert any(entry["message"].startswith("store switched: now postgresql") for entry in logged), logged
+
+    other = {**EVENT, "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/other/2"}
+    refused = finished(built.invoke({**request("Create", response_url, properties(1)), **other},
+                                    code_env(fresh_db, 1)))
+    assert refused["Status"] == "FAILED" and "another stack" in refused["Reason"], refused
+    assert "onceonly migrate" in refused["Reason"] and "stack/s)" in refused["Reason"]
+
+
+def test_the_reason_fits_cloudformations_limit_in_bytes(response_url: ResponseUrl) -> None:
+    custom_resource = source_custom_resource()
+    event = request("Create", response_url, properties(1))
+    responder = custom_resource.Responder(event)
+    responder.send("FAILED", "schema step failed: " + "é€😀" * 3000, {"MigrationsApplied": "none"})
+    (answer,) = response_url.answers
+    sent = json.dumps(answer).encode()
+    assert len(sent) <= custom_resource.MAX_RESPONSE_BYTES
+    assert len(json.dumps(answer["Reason"])) - 2 <= custom_resource.MAX_REASON_BYTES
+    assert answer["Reason"].startswith("schema step failed: é€😀")
+    assert custom_resource.capped("abc", 2) == "ab" and custom_resource.capped("😀", 11) == ""
+
+
+def test_the_timeout_reason_names_the_timeout_and_the_way_out() -> None:
+    reason = source_custom_resource().timeout_reason(290.0)
+    assert "within 290 s" in reason and "onceonly migrate" in reason and "before `sam deploy`" in reason

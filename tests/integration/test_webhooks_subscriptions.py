@@ -358,17 +358,17 @@ def test_the_0007_upgrade_holds_what_the_old_code_dead_lettered_for_a_disabled_s
 
 
 class _QueueThatDies:
-    """A due queue whose first put_many dies, as a process killed between
+    """A due queue whose first put dies, as a process killed between
     enable()'s commit and its queue put would."""
 
     def __init__(self, queue: onceonly.Queue) -> None:
         self.queue, self.died = queue, False
 
-    def put_many(self, items: Any) -> int:
+    def put_if_absent(self, items: Any) -> list[bool]:
         if not self.died:
             self.died = True
             raise onceonly.StoreUnavailableError("killed before the queue put")
-        return self.queue.put_many(items)
+        return self.queue.put_if_absent(items)
 
 
 def test_enabling_again_queues_what_an_enable_that_died_released(

@@ -136,6 +136,25 @@ def last_put_per_item(puts: Sequence[CheckedPut]) -> list[CheckedPut]:
     return list({put.item_id: put for put in puts}.values())
 
 
+def first_put_per_item(puts: Sequence[CheckedPut]) -> tuple[list[CheckedPut], list[int]]:
+    """For put_if_absent: one put per item id, the first one (a later entry of
+    the same id would find the first one's item), and the index in ``puts``
+    of each put kept."""
+    kept: dict[str, int] = {}
+    for index, put in enumerate(puts):
+        kept.setdefault(put.item_id, index)
+    return [puts[i] for i in kept.values()], list(kept.values())
+
+
+def absent_results(count: int, puts: Sequence[CheckedPut], kept: Sequence[int], done: set[str]) -> list[bool]:
+    """put_if_absent's answer for each of the ``count`` entries given: True for
+    the first entry of each id that was put (``done``), False for the rest."""
+    results = [False] * count
+    for put, index in zip(puts, kept, strict=True):
+        results[index] = put.item_id in done
+    return results
+
+
 def batches(sizes: Sequence[int], max_items: int, max_bytes: int) -> list[range]:
     """Consecutive runs of items (given their sizes) of at most ``max_items``
     items and ``max_bytes`` bytes, so that one request stays bounded (an item

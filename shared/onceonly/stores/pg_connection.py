@@ -26,7 +26,6 @@ import logging
 import re
 import selectors
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -157,17 +156,30 @@ class FailFastPool(ConnectionPool[Any]):
     """A pool whose callers learn of a permanent connection refusal at once.
     psycopg_pool connects in a background worker and lets a waiting caller
     time out ("couldn't get a connection after 5.00 sec"), logging the cause
-    only as a warning; this one hands that cause to every waiting caller, and
-    to every caller until the pool's own retries of that connect are over
-    (``reconnect_timeout``): a warm container keeps failing fast, and the
-    first call after that tries afresh, so a fixed configuration is seen."""
+    only as a warning; this one hands that cause to every waiting caller.
 
-    _refusal: tuple[float, str] | None = None  # (until, the server's message)
+    A refusal stays a refusal until a connect succeeds: while the last
+    connect was refused, a call that finds no idle connection raises the
+    refusal at once and starts a background connect (one at a time: the
+    pool's own), instead of waiting for one. A caller used to wait on the
+    pool's backoff between background retries and get a pool timeout; and
+    PgBouncer 1.18 holds a new client for its ``server_login_retry`` (15 s)
+    after a refused login, so a connect of the caller's own would time out
+    too. When a connect succeeds, its connection goes into the pool and the
+    refused state ends: a fixed configuration is seen as soon as that
+    background connect gets through."""
+
+    _refusal: str | None = None  # the server's message while refused
 
     def getconn(self, timeout: float | None = None) -> Any:
-        refusal = self._refusal
-        if refusal is not None and time.monotonic() < refusal[0]:
-            raise ConnectionRefusedByServer(refusal[1])
+        with self._lock:
+            refusal = self._refusal
+            if refusal is not None and not self._pool and self._nconns < self.max_size:
+                self._maybe_grow_pool()  # no-op while a background connect is under way
+            else:
+                refusal = None
+        if refusal is not None:
+            raise ConnectionRefusedByServer(refusal)
         return super().getconn(timeout)
 
     def _connect(self, timeout: float | None = None) -> Any:
@@ -177,7 +189,7 @@ class FailFastPool(ConnectionPool[Any]):
             if is_permanent_refusal(exc):
                 message = (f"the server refused the connection (a retry will not help until the "
                            f"configuration changes): {str(exc).strip()}")
-                self._refusal = (time.monotonic() + self.reconnect_timeout, message)
+                self._refusal = message
                 self._fail_waiting(message)
             raise
         self._refusal = None

@@ -52,6 +52,8 @@ class PostgresStore:
     (autocommit connections) or build one with :meth:`from_url`."""
 
     kind = "postgresql"
+    # Expiry is decided by the server's clock: no skew between clients to allow for.
+    clock_skew = 0.0
 
     def __init__(self, pool: psycopg_pool.ConnectionPool[Any], *, owns_pool: bool = False) -> None:
         self._pool = pool
@@ -165,6 +167,19 @@ class PostgresQueue:
         self._store._run("put_many", {"queue": self.name, "item_ids": [p.item_id for p in batch],
                                       "payloads": [p.payload for p in batch],
                                       "due_ats": [p.due_at for p in batch]})
+
+    def put_if_absent(self, items: Iterable[tuple[str, float | None, Any]]) -> list[bool]:
+        """One statement per PUT_BATCH items or PUT_BATCH_BYTES of payload."""
+        checked = common.check_put_items(items)
+        puts, kept = common.first_put_per_item(checked)
+        done: set[str] = set()
+        for run in common.batches([len(put.payload) for put in puts], PUT_BATCH, PUT_BATCH_BYTES):
+            batch = puts[run.start:run.stop]
+            rows = self._store._run("put_if_absent", {
+                "queue": self.name, "item_ids": [p.item_id for p in batch], "payloads": [p.payload for p in batch],
+                "due_ats": [p.due_at for p in batch]})
+            done.update(row["item_id"] for row in rows)
+        return common.absent_results(len(checked), puts, kept, done)
 
     def cancel(self, item_id: str) -> bool:
         item_id = common.check_name(item_id, "item_id")

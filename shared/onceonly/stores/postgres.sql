@@ -158,6 +158,17 @@ SELECT %(queue)s, i.item_id, i.payload::json, COALESCE(to_timestamp(i.due_at), c
 ON CONFLICT (queue, item_id) DO UPDATE
     SET payload = EXCLUDED.payload, claimable_at = EXCLUDED.claimable_at, owner = NULL;
 
+-- name: put_if_absent --
+-- In: as put_many. Out: the ids put. An id the queue already holds, in any
+-- state (waiting, due or claimed), is left exactly as it is: its holder keeps
+-- it. ON CONFLICT DO NOTHING waits for a concurrent insert of the same id and
+-- then skips it, so of two racing callers one puts the item.
+INSERT INTO onceonly_queue AS q (queue, item_id, payload, claimable_at)
+SELECT %(queue)s, i.item_id, i.payload::json, COALESCE(to_timestamp(i.due_at), clock_timestamp())
+  FROM unnest(%(item_ids)s::text[], %(payloads)s::text[], %(due_ats)s::float8[]) AS i(item_id, payload, due_at)
+ON CONFLICT (queue, item_id) DO NOTHING
+RETURNING item_id;
+
 -- name: cancel --
 DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RETURNING item_id;
 

@@ -69,7 +69,7 @@ READ_ONLY_SCRIPTS = frozenset({"inspect", "depth"})
 
 SCRIPT_NAMES = (
     "acquire", "renew", "release", "complete", "inspect",
-    "put", "cancel", "claim", "retry", "depth",
+    "put", "cancel", "claim", "retry", "depth", "put_if_absent",
 )
 
 
@@ -79,6 +79,16 @@ def script_file(name: str) -> str:
 
 # Each script as registered: the shared helpers, then the script's own file.
 SCRIPT_SOURCES: dict[str, str] = {name: script_file("common") + script_file(name) for name in SCRIPT_NAMES}
+# Put before each script unless eviction is allowed: the policy is read in
+# the same atomic step as every write (redis_eviction_guard.lua).
+EVICTION_GUARD = script_file("eviction_guard")
+EVICTION_REFUSED = "ONCEONLY_EVICTION "
+
+
+def script_source(name: str, *, guarded: bool) -> str:
+    """The source registered for script ``name``: with the eviction guard in
+    front for a store that does not allow eviction."""
+    return (EVICTION_GUARD if guarded else "") + SCRIPT_SOURCES[name]
 
 
 @contextmanager
@@ -171,13 +181,18 @@ class RedisStore:
     or build one with :meth:`from_url`. Keys are prefixed with ``prefix``.
     ``wait_replicas`` > 0 turns on durable mode (see the module docstring).
 
-    Before its first operation (and on every :meth:`setup`) the store reads the
-    server's ``maxmemory-policy`` (``INFO memory``, allowed where ``CONFIG`` is
-    not, as on ElastiCache) and raises ConfigError unless it is ``noeviction``:
-    an evicting server forgets completed ticks. ``allow_eviction=True``
-    (``?allow_eviction=1``) skips the check and accepts that risk."""
+    Every script reads the server's ``maxmemory-policy`` (``INFO
+    memory``, allowed where ``CONFIG`` is not, as on ElastiCache) before it
+    writes, in the same atomic step, and the call raises ConfigError unless it
+    is ``noeviction``: an evicting server forgets completed ticks, and under
+    ``allkeys-*`` leases. A policy changed on a running server therefore stops
+    the very next grant, claim or renewal. :meth:`setup` reads it too.
+    ``allow_eviction=True`` (``?allow_eviction=1``) skips the check and accepts
+    that risk."""
 
     kind = "redis"
+    # Expiry is decided by the server's clock: no skew between clients to allow for.
+    clock_skew = 0.0
 
     def __init__(
         self, client: redis.Redis, prefix: str = DEFAULT_PREFIX, *, owns_client: bool = False,
@@ -188,15 +203,15 @@ class RedisStore:
         self._client = client
         self._prefix = common.check_name(prefix, "prefix")
         self._owns_client = owns_client
-        # Checked once per store (one per process in a Lambda): a policy changed
-        # on a running server afterwards is not seen until the next setup().
+        # The policy is read inside every writing script (script_source); setup()
+        # reads it too, to report a bad one before any call.
         self._allow_eviction = common.check_flag(allow_eviction, "allow_eviction")
-        self._eviction_checked = self._allow_eviction
         self._wait_replicas, self._wait_timeout_ms = _check_wait(client, wait_replicas, wait_timeout_ms)
         # register_script only hashes the source; the script is loaded on first
         # use (EVALSHA, then SCRIPT LOAD if the server does not know it).
         self._scripts: dict[str, Script] = {
-            name: client.register_script(source) for name, source in SCRIPT_SOURCES.items()
+            name: client.register_script(script_source(name, guarded=not self._allow_eviction))
+            for name in SCRIPT_NAMES
         }
 
     @classmethod
@@ -232,11 +247,8 @@ class RedisStore:
                 raise _eviction_refused(f"could not be read ({exc})") from exc
         if policy != SAFE_EVICTION_POLICY:
             raise _eviction_refused(f"is {policy!r}" if policy else "is not in INFO memory")
-        self._eviction_checked = True
 
     def _run(self, what: str, keys: Sequence[str], args: Sequence[str | int] = ()) -> Any:
-        if not self._eviction_checked:
-            self._check_eviction()
         script = self._scripts[what]
         evalsha = ("EVALSHA", script.sha, len(keys), *keys, *args)
         durable = self._wait_replicas > 0 and what not in READ_ONLY_SCRIPTS
@@ -249,6 +261,10 @@ class RedisStore:
                 self._client.script_load(script.script)
                 replies = self._send_once(commands)
             result = replies[0]
+            if isinstance(result, redis.ResponseError) and str(result).startswith(EVICTION_REFUSED):
+                policy = str(result)[len(EVICTION_REFUSED):]
+                raise _eviction_refused("could not be read (INFO did not answer)" if policy == "?"
+                                        else f"is {policy!r}") from result
             if isinstance(result, Exception):
                 raise result
             if durable:
@@ -371,6 +387,17 @@ class RedisQueue:
         args = [field for put in puts
                 for field in (put.item_id, put.payload, "" if put.due_at is None else _epoch_ms(put.due_at))]
         return int(self._run("put", args))
+
+    def put_if_absent(self, items: Iterable[tuple[str, float | None, Any]]) -> list[bool]:
+        """One script call for the whole batch (see ``redis_put_if_absent.lua``)."""
+        checked = common.check_put_items(items)
+        puts, kept = common.first_put_per_item(checked)
+        if not puts:
+            return []
+        args = [field for put in puts
+                for field in (put.item_id, put.payload, "" if put.due_at is None else _epoch_ms(put.due_at))]
+        done = {put.item_id for put, put_now in zip(puts, self._run("put_if_absent", args), strict=True) if put_now}
+        return common.absent_results(len(checked), puts, kept, done)
 
     def cancel(self, item_id: str) -> bool:
         return bool(self._run("cancel", [common.check_name(item_id, "item_id")]))

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 
@@ -60,9 +61,15 @@ def latest_migration() -> str:
     return max((path.name for path in MIGRATIONS_DIR.glob("*.sql")), default="none")
 
 
+# Work that must commit with the migrations, or not at all (the store switch's repair).
+ThenStep = Callable[[psycopg.Connection[Any]], None]
+
+
 def migrate(url: str, deadline: Deadline | None = None, *,
-            lock_timeout: float = LOCK_TIMEOUT_SECONDS, attempts: int = LOCK_ATTEMPTS) -> list[str]:
-    """Apply pending migrations; returns the names applied now. ``url`` may
+            lock_timeout: float = LOCK_TIMEOUT_SECONDS, attempts: int = LOCK_ATTEMPTS,
+            then: ThenStep | None = None) -> list[str]:
+    """Apply pending migrations, then ``then`` in the same transaction (under
+    the same lock); returns the names applied now. ``url`` may
     carry onceonly's own options (``timeout``, ``pool_mode``: behind a
     transaction pooler nothing is prepared, as in the functions' pool). Raises
     psycopg.errors.LockNotAvailable when a table stayed locked through every
@@ -72,7 +79,7 @@ def migrate(url: str, deadline: Deadline | None = None, *,
                          prepare_threshold=prepare_threshold_for(options.transaction_pooled)) as conn:
         for attempt in itertools.count(1):
             try:
-                return _apply_pending(conn, deadline, lock_timeout)
+                return _apply_pending(conn, deadline, lock_timeout, then)
             except psycopg.errors.LockNotAvailable as exc:
                 if attempt == attempts or (deadline and deadline.seconds_left() < LOCK_RETRY_PAUSE_SECONDS):
                     raise psycopg.errors.LockNotAvailable(
@@ -82,7 +89,8 @@ def migrate(url: str, deadline: Deadline | None = None, *,
     raise AssertionError("unreachable")  # itertools.count never ends; mypy cannot see it
 
 
-def _apply_pending(conn: psycopg.Connection, deadline: Deadline | None, lock_timeout: float) -> list[str]:
+def _apply_pending(conn: psycopg.Connection, deadline: Deadline | None, lock_timeout: float,
+                   then: ThenStep | None) -> list[str]:
     applied_now: list[str] = []
     with conn.transaction():
         if deadline is not None:
@@ -97,6 +105,8 @@ def _apply_pending(conn: psycopg.Connection, deadline: Deadline | None, lock_tim
             conn.execute(path.read_text(encoding="utf-8"))
             conn.execute(_RECORD, (path.name,))
             applied_now.append(path.name)
+        if then is not None:
+            then(conn)
         if deadline is not None:
             deadline.claim_commit()  # the last moment: after it, only COMMIT
     return applied_now

@@ -3,30 +3,27 @@
 -- (the payment watcher's poller name), job, token, limit. Out: the invoices
 -- that moved open -> overdue in this statement, with their due day (due_on) in
 -- the tenant's time zone and what credited payments already cover of them.
--- An invoice is overdue once its due day has ENDED in its tenant's time zone
--- (billing_tenants.time_zone, UTC without a row; billing_due_day_end): an
--- invoice due on the 15th is still payable all of the 15th and moves on the
--- first run after midnight. due_at < as_of is implied by that and lets the
--- partial index on open invoices do the scan.
+-- An invoice is overdue once its due day has ENDED: due_day_ends_at, midnight
+-- after its due date (due_on) in the zone it was issued in, both stored when
+-- it was issued (0010_billing_dates_and_balances.sql), so a later change of the
+-- tenant's zone moves no promised date. An invoice due on the 15th is still
+-- payable all of the 15th and moves on the first run after that midnight.
 -- AND only once the payment watcher has read the ledger past that end
 -- (payment_cursors.ledger_read_to): a payment made on the due day but not yet
--- seen (the payments API down, the watcher behind) holds the invoice open
--- instead of dunning the customer; the next run moves it if it is still open.
+-- seen (the payments API down or behind, the watcher behind) holds the invoice
+-- open instead of dunning the customer; the next run moves it if it is still open.
 -- The transition is conditional (status = 'open' is re-checked on the locked
 -- row), and the history row and activity event are written from its RETURNING
 -- only, so an invoice some other run (or a payment) already moved yields no
 -- row and no side effect. SKIP LOCKED passes invoices locked by a payment
 -- being applied; they are looked at again by the next tick if still open.
 WITH due AS MATERIALIZED (
-    SELECT i.id, (i.due_at AT TIME ZONE coalesce(t.time_zone, 'UTC'))::date AS due_on
+    SELECT i.id, i.due_on
       FROM invoices i
-      LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
-     WHERE i.status = 'open' AND i.due_at < %(as_of)s
-       AND billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC')) <= %(as_of)s
-       AND billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC'))
-           <= (SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s)
+     WHERE i.status = 'open' AND i.due_day_ends_at <= %(as_of)s
+       AND i.due_day_ends_at <= (SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s)
        AND (%(tenant)s::text IS NULL OR i.tenant_id = %(tenant)s::text)
-     ORDER BY i.due_at, i.id
+     ORDER BY i.due_day_ends_at, i.id
      LIMIT %(limit)s
        FOR UPDATE OF i SKIP LOCKED
 ), moved AS (
@@ -48,18 +45,21 @@ WITH due AS MATERIALIZED (
       FROM moved
     ON CONFLICT (event_key) DO NOTHING
 )
-SELECT id, tenant_id, customer_email, amount_cents, currency, due_at, due_on, credited_cents
+SELECT id, tenant_id, customer_email, amount_cents, currency, due_at, due_on, credited_cents,
+       billing_invoice_amounts(amount_cents, credited_cents) AS amounts
   FROM moved ORDER BY id;
 
 -- name: held_for_payments --
--- In: as_of, tenant, watcher. Out: how many open invoices have a due day that
--- ended by as_of but not yet by what the watcher has read of the ledger (held
--- back, not dunned): a count that stays up means the watcher is behind or the
--- payments API is down.
+-- In: as_of, tenant, watcher, grace (seconds). Out: how many open invoices
+-- are held back (not dunned) because what the watcher has read of the ledger
+-- is more than `grace` behind as_of: genuinely waiting on a lagging feed (the
+-- payments API down or behind, the watcher behind). A due day that ended
+-- within the grace is held too, but not counted: a feed that is up to date
+-- is always a minute or so behind the clock.
 SELECT count(*) FROM invoices i
-  LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
- CROSS JOIN LATERAL (SELECT billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC')) AS ends) d
- WHERE i.status = 'open' AND i.due_at < %(as_of)s AND d.ends <= %(as_of)s
-   AND d.ends > coalesce((SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s),
-                         '-infinity')
+ WHERE i.status = 'open' AND i.due_day_ends_at <= %(as_of)s
+   AND coalesce((SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s), '-infinity')
+       < %(as_of)s::timestamptz - make_interval(secs => %(grace)s)
+   AND i.due_day_ends_at > coalesce((SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s),
+                                    '-infinity')
    AND (%(tenant)s::text IS NULL OR i.tenant_id = %(tenant)s::text);

@@ -157,11 +157,10 @@ def _poll(pool: ConnectionPool, tick: Tick, poll: Poll, lease: Lease, tenant: st
 
 def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepted: AcceptedAssets,
            fence: dict[str, Any], result: WatchResult, log: Any) -> None:
+    memo = payment.memo.strip() if payment.memo else None  # matched trimmed and case-folded (lock_invoice)
     with conn.cursor(row_factory=dict_row) as cur:
-        invoice = cur.execute(SQL["lock_invoice"], {"memo": payment.memo, "tenant": tenant}).fetchone() \
-            if payment.memo else None
-        verdict = judge(payment.amount, accepted.currency_of(payment.asset), payment.memo, invoice,
-                        payment.created_at)
+        invoice = cur.execute(SQL["lock_invoice"], {"memo": memo, "tenant": tenant}).fetchone() if memo else None
+        verdict = judge(payment.amount, accepted.currency_of(payment.asset), memo, invoice, payment.created_at)
         recorded = cur.execute(SQL["record_payment"], {
             "payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash,
             "paging_token": payment.paging_token, "operation_type": payment.operation_type,
@@ -176,17 +175,33 @@ def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepte
         if verdict.event_kind is not None:
             _record_event(cur, payment, tenant, verdict, log)
         if verdict.outcome not in ("settled", "overpaid"):
-            return
-        paid = cur.execute(SQL["mark_paid"], {"invoice_id": verdict.invoice_id, "paid_at": payment.created_at,
-                                              "job": fence["poller"], "token": fence["token"]}).fetchone()
-    if paid is None:
-        return
-    result.invoices_paid += 1
-    payload = {"invoice_id": paid["id"], "tenant_id": paid["tenant_id"], "amount_cents": paid["amount_cents"],
-               "currency": paid["currency"], "paid_at": paid["paid_at"].isoformat(),
-               "payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash}
-    webhook_events.fan_out(conn, webhook_events.invoice_paid_event_id(paid["id"]), "invoice.paid",
-                           paid["tenant_id"], payload)
+            paid = None
+        else:
+            paid = cur.execute(SQL["mark_paid"], {"invoice_id": verdict.invoice_id, "paid_at": payment.created_at,
+                                                  "job": fence["poller"], "token": fence["token"]}).fetchone()
+    if paid is not None:
+        result.invoices_paid += 1
+        payload = {"invoice_id": paid["id"], "tenant_id": paid["tenant_id"], "amount_cents": paid["amount_cents"],
+                   "currency": paid["currency"], "paid_at": paid["paid_at"].isoformat(),
+                   "payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash,
+                   "overpaid": paid["overpaid"], **paid["amounts"]}
+        webhook_events.fan_out(conn, webhook_events.invoice_paid_event_id(paid["id"]), "invoice.paid",
+                               paid["tenant_id"], payload)
+    if verdict.outcome in ("unmatched", "overpaid"):
+        event_type = f"payment.{verdict.outcome}"
+        webhook_events.fan_out(conn, webhook_events.payment_event_id(event_type, payment.payment_id), event_type,
+                               tenant, payment_payload(payment, tenant, verdict))
+
+
+def payment_payload(payment: Payment, tenant: str, verdict: Verdict) -> dict[str, Any]:
+    """A ``payment.unmatched`` or ``payment.overpaid`` event's data: the payment
+    as received (exact amount, asset, memo as sent) and why it needs the
+    merchant (``reason``: unknown_invoice, no_memo, asset_not_accepted,
+    wrong_currency, invoice_paid, …; None when it was credited)."""
+    return {"payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash, "tenant_id": tenant,
+            "to_account": payment.to_account, "asset": str(payment.asset), "amount": str(payment.amount),
+            "memo": payment.memo, "invoice_id": verdict.invoice_id, "reason": verdict.reason,
+            "paid_at": payment.created_at.isoformat()}
 
 
 def _record_event(cur: psycopg.Cursor[Any], payment: Payment, tenant: str, verdict: Verdict, log: Any) -> None:

@@ -35,13 +35,15 @@ SELECT account_id, tenant_id FROM payment_accounts
 -- In: memo, tenant. Out: the invoice the memo names among the TENANT's
 -- invoices (another tenant's invoice id matches nothing), locked until the
 -- transaction ends, with what credited payments already cover of it (exactly)
--- and when its due day ends in the tenant's time zone (a payment at or after
--- that ledger time is late).
-SELECT i.id, i.status, i.currency, i.amount_cents, billing_credited(i.id) AS credited_cents,
-       billing_due_day_end(i.due_at, coalesce(t.time_zone, 'UTC')) AS due_day_ends_at
+-- and when its due day ends, as stored at issue (a payment at or after that
+-- ledger time is late). The memo is matched trimmed and case-folded
+-- (lower(id), indexed); an id equal to the memo as written wins over one that
+-- differs only in case.
+SELECT i.id, i.status, i.currency, i.amount_cents, billing_credited(i.id) AS credited_cents, i.due_day_ends_at
   FROM invoices i
-  LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
- WHERE i.id = %(memo)s AND i.tenant_id = %(tenant)s
+ WHERE lower(i.id) = lower(btrim(%(memo)s)) AND i.tenant_id = %(tenant)s
+ ORDER BY i.id = btrim(%(memo)s) DESC, i.id
+ LIMIT 1
    FOR UPDATE OF i;
 
 -- name: record_payment --
@@ -67,7 +69,8 @@ ON CONFLICT (event_key) DO NOTHING;
 -- name: mark_paid --
 -- In: invoice_id, paid_at (the completing payment's ledger time), job, token.
 -- Out: the invoice if it moved to `paid` in this statement: it was open or
--- overdue and its credited payments now cover the amount. The history row and
+-- overdue and its credited payments now cover the amount (overpaid: they
+-- exceed it), with its money as the merchant sees it (billing_invoice_amounts). The history row and
 -- activity event come from the transition's RETURNING only.
 WITH covered AS MATERIALIZED (
     SELECT i.id, i.status AS from_status FROM invoices i
@@ -76,10 +79,12 @@ WITH covered AS MATERIALIZED (
        FOR UPDATE
 ), paid AS (
     UPDATE invoices i
-       SET status = 'paid', paid_at = %(paid_at)s, updated_at = now()
+       SET status = 'paid', paid_at = %(paid_at)s, updated_at = now(),
+           overpaid = billing_credited(i.id) > i.amount_cents
       FROM covered c
      WHERE i.id = c.id AND i.status = c.from_status
-    RETURNING i.id, i.tenant_id, i.amount_cents, i.currency, i.paid_at, c.from_status
+    RETURNING i.id, i.tenant_id, i.amount_cents, i.currency, i.paid_at, i.overpaid, c.from_status,
+              billing_invoice_amounts(i.amount_cents, billing_credited(i.id)) AS amounts
 ), history AS (
     INSERT INTO invoice_status_history (invoice_id, from_status, to_status, job, fence_token)
     SELECT id, from_status, 'paid', %(job)s, %(token)s FROM paid
@@ -91,4 +96,4 @@ WITH covered AS MATERIALIZED (
       FROM paid
     ON CONFLICT (event_key) DO NOTHING
 )
-SELECT id, tenant_id, amount_cents, currency, paid_at FROM paid;
+SELECT id, tenant_id, amount_cents, currency, paid_at, overpaid, amounts FROM paid;

@@ -17,7 +17,12 @@
 -- The unique (schedule_id, period_key) makes a second generation, concurrent
 -- or later, a no-op; the activity event is written only for invoices this
 -- statement created; next_period only moves up, past skipped periods too.
--- due_at is 00:00 of the due day in the tenant's time zone (UTC by default).
+-- The due day is counted from the day the invoice is issued, not from the
+-- period start: due_on = max(period start, the tick's local day) + due_days,
+-- so an invoice issued late (a lost tick, an outage) is never born overdue.
+-- It is stored as that date (invoices.due_on; the trigger of
+-- 0010_billing_dates_and_balances.sql fills due_at and the day's end in the
+-- tenant's zone as of issue).
 WITH picked AS MATERIALIZED (
     SELECT id FROM billing_schedules
      WHERE active AND next_period_start <= (%(as_of)s::timestamptz AT TIME ZONE 'Pacific/Kiritimati')::date
@@ -30,11 +35,10 @@ WITH picked AS MATERIALIZED (
 ), periods AS MATERIALIZED (
     -- at most the periods up to the tenant's today (a month is at least 28 days) and max_periods
     SELECT s.id AS schedule_id, s.tenant_id, s.customer_email, s.amount_cents, s.currency, s.due_days,
-           s.ends_on, coalesce(t.time_zone, 'UTC') AS time_zone, p.k, d.today,
+           s.ends_on, p.k, d.today,
            billing_period_start(s.anchor, s.cadence, p.k) AS period_start
       FROM picked
       JOIN billing_schedules s ON s.id = picked.id
-      LEFT JOIN billing_tenants t ON t.tenant_id = s.tenant_id
      CROSS JOIN LATERAL (SELECT billing_local_day(%(as_of)s, s.tenant_id) AS today) d
      CROSS JOIN LATERAL generate_series(
            s.next_period,
@@ -50,15 +54,15 @@ WITH picked AS MATERIALIZED (
                         WHERE p.schedule_id = d.schedule_id AND d.period_start >= p.paused_on
                           AND (p.resumed_on IS NULL OR d.period_start < p.resumed_on))
 ), created AS (
-    INSERT INTO invoices (id, tenant_id, customer_email, amount_cents, currency, status, due_at,
+    INSERT INTO invoices (id, tenant_id, customer_email, amount_cents, currency, status, due_on,
                           schedule_id, period_key)
     SELECT 'inv_' || left(md5(schedule_id || '/' || to_char(period_start, 'YYYY-MM-DD')), 24),
            tenant_id, customer_email, amount_cents, currency, 'open',
-           (period_start + due_days)::timestamp AT TIME ZONE time_zone,
+           greatest(period_start, today) + due_days,
            schedule_id, to_char(period_start, 'YYYY-MM-DD')
       FROM billable
     ON CONFLICT (schedule_id, period_key) DO NOTHING
-    RETURNING id, tenant_id, customer_email, amount_cents, currency, due_at, schedule_id, period_key
+    RETURNING id, tenant_id, customer_email, amount_cents, currency, due_at, due_on, schedule_id, period_key
 ), activity AS (
     INSERT INTO activity_events (event_key, tenant_id, invoice_id, kind, detail)
     SELECT 'invoice.created:' || id, tenant_id, id, 'invoice.created',
@@ -73,9 +77,8 @@ WITH picked AS MATERIALIZED (
      WHERE s.id = d.schedule_id AND s.next_period < d.next_period
 )
 SELECT c.id, c.tenant_id, c.customer_email, c.amount_cents, c.currency, c.due_at, c.schedule_id, c.period_key,
-       b.period_start + b.due_days AS due_on
+       c.due_on
   FROM created c
-  JOIN billable b ON b.schedule_id = c.schedule_id AND to_char(b.period_start, 'YYYY-MM-DD') = c.period_key
  ORDER BY c.schedule_id, c.period_key;
 
 -- name: any_due --

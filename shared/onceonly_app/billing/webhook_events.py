@@ -33,7 +33,7 @@ SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100
 # Every webhook event type the app emits. fan_out refuses others, so a new type
 # is added here, and the two-tenant isolation test then covers it too.
-EVENT_TYPES = ("invoice.overdue", "invoice.paid")
+EVENT_TYPES = ("invoice.overdue", "invoice.paid", "payment.unmatched", "payment.overpaid")
 SQS_BATCH = 10  # SendMessageBatch takes at most 10 entries
 
 
@@ -46,6 +46,12 @@ def invoice_event_id(event_type: str, invoice_id: str) -> str:
 
 def invoice_paid_event_id(invoice_id: str) -> str:
     return invoice_event_id("invoice.paid", invoice_id)
+
+
+def payment_event_id(event_type: str, payment_id: str) -> str:
+    """Stable per received payment (its operation id) and type: a payment is
+    judged once, and a re-sent event dedupes at the dispatcher."""
+    return invoice_event_id(event_type, f"payment:{payment_id}")
 
 
 def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenant_id: str,

@@ -11,11 +11,15 @@ SELECT id, tenant_id, url, secret, enabled, deleted_at IS NOT NULL AS deleted
 -- sequence. Out: the new row, or NO row when (webhook_id, event_id) already has
 -- a delivery. Closes the duplicate race: of two invocations handling the same
 -- event, only the one whose insert created the row makes the first attempt.
+-- No conflict target: the id is derived from (webhook_id, event_id), so one
+-- fact has two unique indexes (the primary key and webhook_deliveries_once),
+-- and a racing insert may meet either first; naming one would let the other
+-- raise a unique violation instead of answering "duplicate".
 INSERT INTO webhook_deliveries (id, webhook_id, tenant_id, event_id, event_type, payload, occurred_at,
                                 event_sequence)
 VALUES (%(id)s, %(webhook_id)s, %(tenant_id)s, %(event_id)s, %(event_type)s, %(payload)s::jsonb,
         %(occurred_at)s, %(sequence)s)
-ON CONFLICT (webhook_id, event_id) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id, generation, fence_token;
 
 -- name: untouched_delivery --

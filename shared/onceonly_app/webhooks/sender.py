@@ -89,6 +89,11 @@ class WebhookSender:
             return SendResult(status, error, retry_after, time.monotonic() - started, aborted)
         except (OSError, http.client.HTTPException) as exc:
             return SendResult(None, _reason(exc, watchdog, deadline), elapsed=time.monotonic() - started)
+        except (UnicodeError, ValueError) as exc:
+            # A request the client cannot encode (a target built without the
+            # SSRF guard's encoding): a failed attempt with its reason, never a crash.
+            return SendResult(None, f"request not sent: {exc.__class__.__name__}: {str(exc)[:120]}",
+                              elapsed=time.monotonic() - started)
         finally:
             watchdog.stop()  # before the close: the watchdog never touches a closed descriptor
             if sock is not None:

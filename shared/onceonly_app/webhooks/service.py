@@ -41,6 +41,7 @@ from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
 from .signing import signed_headers
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
+from .urls import UnencodableURLError
 
 # Statuses a queue item has nothing left to do for: finished, or held (enabling
 # the subscription queues the delivery again, subscriptions.enable).
@@ -181,6 +182,8 @@ class WebhookService:
                 self.queue.put(delivery_id, due_at=report.next_attempt_at, payload={"generation": 0})
             else:
                 self.queue.cancel(delivery_id)
+                if report.status == "held":
+                    self._requeue_released([delivery_id])
         # Not recorded: a retry worker reclaimed it (we outlived our lease); the
         # queue item is that worker's now, so leave it alone.
         return DispatchResult(delivery_id, "attempted", report)
@@ -212,18 +215,21 @@ class WebhookService:
                 break
             report.claimed += len(claims)
             to_ack: list[Claim] = []
-            outage = self._process_claims(claims, budget, report, to_ack)
+            released: list[str] = []
+            outage = self._process_claims(claims, budget, report, to_ack, released)
             # The finished claims are acked even when a store outage ends the
             # run: the outage's own claims come back when their leases end.
             if to_ack:
                 report.claims_contended += self.queue.ack_many(to_ack).count(False)
+            if released and outage is None:
+                self._requeue_released(released)
             if outage is not None:
                 raise outage
         report.queue_depth = self.queue.depth()
         return report
 
     def _process_claims(self, claims: list[Claim], budget: Budget, report: RetryReport,
-                        to_ack: list[Claim]) -> StoreUnavailableError | None:
+                        to_ack: list[Claim], released: list[str]) -> StoreUnavailableError | None:
         """Process one claimed batch, max_in_flight claims at once, each counted in
         its own report (merged into ``report``). Once a store is unavailable, the
         claims not started yet are left to their leases; returns that outage."""
@@ -233,7 +239,7 @@ class WebhookService:
             own = RetryReport()
             if not outage:
                 try:
-                    self._process_claim(claim, budget, own, to_ack)
+                    self._process_claim(claim, budget, own, to_ack, released)
                 except StoreUnavailableError as exc:
                     outage.append(exc)
             return own
@@ -244,7 +250,7 @@ class WebhookService:
         return outage[0] if outage else None
 
     def _process_claim(self, claim: Claim, budget: Budget, report: RetryReport,
-                       to_ack: list[Claim]) -> None:
+                       to_ack: list[Claim], released: list[str]) -> None:
         """One claim, isolated: a failure that belongs to this claim alone is logged
         and counted, and the run goes on; its lease runs out and it is claimed
         again (the attempt, if it started, was counted). A store that cannot be
@@ -259,7 +265,7 @@ class WebhookService:
                 report.claims_contended += 1
             return
         try:
-            retry_at = self._handle_claim(claim, report, to_ack)
+            retry_at = self._handle_claim(claim, report, to_ack, released)
             if retry_at is not None and not self.queue.retry(claim, due_at=retry_at):
                 report.claims_contended += 1
         except StoreUnavailableError:
@@ -269,8 +275,11 @@ class WebhookService:
             self.log.exception("claim failed; it is retried when its lease ends",
                                extra={"delivery_id": claim.item_id, "token": claim.token})
 
-    def _handle_claim(self, claim: Claim, report: RetryReport, to_ack: list[Claim]) -> float | None:
-        """Attempt one claimed delivery; returns the next due time, or None (acked or skipped)."""
+    def _handle_claim(self, claim: Claim, report: RetryReport, to_ack: list[Claim],
+                      released: list[str]) -> float | None:
+        """Attempt one claimed delivery; returns the next due time, or None (acked
+        or skipped). ``released`` gets the deliveries whose ack may remove the
+        queue item an enable meant for their release (see _requeue_released)."""
         generation = _generation_of(claim)
         context = {"delivery_id": claim.item_id, "token": claim.token, "generation": generation}
         previous = self.repo.stamp_fence(claim.item_id, generation, claim.token)
@@ -279,6 +288,8 @@ class WebhookService:
             if state is None or state["generation"] > generation or state["status"] in OFF_QUEUE:
                 report.finished_elsewhere += 1
                 to_ack.append(claim)  # nothing left to do for this queue item
+                if state is not None and state["generation"] > generation:
+                    released.append(claim.item_id)
             else:
                 report.fenced_writes_refused += 1
                 self.log.warning("claim fenced off: a newer holder stamped the delivery",
@@ -297,7 +308,21 @@ class WebhookService:
         if attempt.status == "retrying":
             return attempt.next_attempt_at
         to_ack.append(claim)
+        if attempt.status == "held":
+            released.append(claim.item_id)
         return None
+
+    def _requeue_released(self, delivery_ids: list[str]) -> None:
+        """After removing the queue items of ``delivery_ids``: queue those an
+        enable released meanwhile. Its put_if_absent found the item this worker
+        was about to remove (a hold recorded, or an older generation's item) and
+        left it; once it is removed the release would have no queue item. Put
+        if absent too: an item the enable (or anyone) put since is left alone."""
+        rows = self.repo.retrying(delivery_ids)
+        if rows:
+            now = self.clock()
+            self.queue.put_if_absent([(delivery_id, now, {"generation": generation})
+                                      for delivery_id, generation in rows])
 
     # -- one attempt ------------------------------------------------------------
     def _attempt(self, delivery_id: str, generation: int, token: int) -> AttemptReport | None:
@@ -398,6 +423,9 @@ class WebhookService:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
             return self._failure(SendResult(None, str(exc)), delivery.attempt)
+        except UnencodableURLError as exc:
+            # A URL stored before add/update encoded URLs: a failed attempt with its reason.
+            return self._failure(SendResult(None, f"URL cannot be sent: {exc}"), delivery.attempt)
         with self._admitted(subscription) as admitted:
             if not admitted:
                 assert self.gate is not None

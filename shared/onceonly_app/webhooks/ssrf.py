@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from onceonly_app.budget import Budget, DeadlineExceededError
 
+from .urls import encoded_url
 from .watchdog import resolve_within
 
 Resolver = Callable[..., list[Any]]
@@ -92,7 +93,11 @@ def check_target(url: str, allow_http_hosts: Collection[str] = (),
     UnresolvableHostError when DNS gives no answer (by ``deadline``, if given).
 
     A host in ``allow_http_hosts`` (lower case) may use plain http and private
-    or loopback addresses: that is how tests reach a receiver on 127.0.0.1."""
+    or loopback addresses: that is how tests reach a receiver on 127.0.0.1.
+
+    The URL is encoded first (urls.py: IDNA host, percent-encoded path), so
+    the Target holds what the request sends; UnencodableURLError if it cannot be."""
+    url = encoded_url(url)
     try:
         parts = urlsplit(url)
         port = parts.port

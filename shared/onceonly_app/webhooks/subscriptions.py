@@ -47,6 +47,7 @@ from .endpoint_health import OPERATIONAL_EVENT_TYPES
 from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND
 from .signing import new_secret
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
+from .urls import UnencodableURLError, encoded_url
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 APP_ACTOR = "onceonly-app"  # the actor of a change the app's own code makes
@@ -81,7 +82,7 @@ class Added:
 
 @dataclass(frozen=True)
 class Enabled:
-    released: list[str]  # delivery ids queued again, in event order
+    released: list[str]  # delivery ids this call queued, in event order (none if all were queued already)
     expired: list[str]  # held longer than the retention: not sent
 
 
@@ -137,7 +138,8 @@ def update(conn: psycopg.Connection[Any], subscription_id: str, *, url: str | No
            allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> dict[str, Any]:
     """Give ``subscription_id`` a new ``url``, filter (``event_types``, or
     ``all_event_types``) and/or limits; returns the changed fields, old and new. A filter
-    applies to the events fanned out after this commits. Raises
+    applies to the events fanned out after this commits. An update that changes
+    nothing writes nothing (no audit row) and returns {}. Raises
     InvalidSubscriptionError, UnknownSubscriptionError, SubscriptionDeletedError."""
     if event_types is not None and all_event_types:
         raise InvalidSubscriptionError("name event types or all of them, not both")
@@ -150,11 +152,13 @@ def update(conn: psycopg.Connection[Any], subscription_id: str, *, url: str | No
     with conn.transaction():
         _lock(conn, subscription_id)
         before = show(conn, subscription_id)
-        conn.execute(SQL["update_subscription"], {"webhook_id": subscription_id, "url": url,
-                                                  "event_types": types, "set_event_types": set_types, **limits})
         wanted = {"url": url, **limits, **({"event_types": types} if set_types else {})}
         changed = {name: {"from": before[name], "to": value} for name, value in wanted.items()
                    if (value is not None or name == "event_types") and value != before[name]}
+        if not changed:
+            return changed  # the stored row is what was asked for: nothing written, no audit row
+        conn.execute(SQL["update_subscription"], {"webhook_id": subscription_id, "url": url,
+                                                  "event_types": types, "set_event_types": set_types, **limits})
         _record(conn, subscription_id, "update", actor, changed)
     return changed
 
@@ -199,15 +203,22 @@ def show(conn: psycopg.Connection[Any], subscription_id: str) -> dict[str, Any]:
 
 
 def check_url(url: str, allow_http_hosts: Collection[str] = (), resolver: Resolver | None = None) -> str:
-    """``url`` if the SSRF guard passes it now (resolving its host once, as an
-    attempt does); else InvalidSubscriptionError, before any connection."""
-    if not isinstance(url, str) or not url.strip() or len(url) > MAX_URL_LENGTH:
+    """``url`` as it is stored and sent (urls.py: IDNA host, percent-encoded
+    path and query) if the SSRF guard passes it now (resolving its host once,
+    as an attempt does); else InvalidSubscriptionError, before any connection."""
+    if not isinstance(url, str) or not url.strip():
         raise InvalidSubscriptionError(f"the URL must be 1-{MAX_URL_LENGTH} characters")
     try:
-        check_target(url.strip(), allow_http_hosts, resolver)
+        encoded = encoded_url(url.strip())
+    except UnencodableURLError as exc:
+        raise InvalidSubscriptionError(f"URL refused: {exc}") from None
+    if len(encoded) > MAX_URL_LENGTH:
+        raise InvalidSubscriptionError(f"the URL must be 1-{MAX_URL_LENGTH} characters (once encoded)")
+    try:
+        check_target(encoded, allow_http_hosts, resolver)
     except (UnsafeTargetError, UnresolvableHostError) as exc:
         raise InvalidSubscriptionError(f"URL refused: {exc}") from None
-    return url.strip()
+    return encoded
 
 
 def check_limits(max_in_flight: int | None, rate_per_second: float | None) -> dict[str, Any]:
@@ -254,11 +265,14 @@ def enable(conn: psycopg.Connection[Any], queue: Queue, subscription_id: str, *,
            retention: float = HOLD_RETENTION, actor: str = APP_ACTOR) -> Enabled:
     """Enable ``subscription_id`` and release its held deliveries into ``queue``
     (the retry workers' due queue), due now in event order; a held event older
-    than ``retention`` seconds is expired instead. Idempotent: enabling an
-    enabled subscription re-queues any released delivery a previous call left
-    unqueued (it died between its commit and the queue). ``conn`` must be in
-    autocommit mode: the release is committed before the queue sees it.
-    Raises UnknownSubscriptionError, SubscriptionDeletedError, ValueError."""
+    than ``retention`` seconds is expired instead. Idempotent, and safe to run
+    twice at once: it queues with put_if_absent, so a delivery that already
+    has a queue item (a worker may hold it, mid-attempt) is never rescheduled
+    or handed to a second worker; what a previous call released but left
+    unqueued (it died between its commit and the queue) is queued now.
+    ``conn`` must be in autocommit mode: the release is committed before the
+    queue sees it. Raises UnknownSubscriptionError, SubscriptionDeletedError,
+    ValueError."""
     if not conn.autocommit:
         raise ValueError("enable() needs an autocommit connection: it commits before it queues")
     if not retention > 0:
@@ -274,9 +288,9 @@ def enable(conn: psycopg.Connection[Any], queue: Queue, subscription_id: str, *,
     # Due times a millisecond apart: the queue hands them out oldest first, so
     # the events go out in the order they happened.
     start = time.time()
-    queue.put_many((row["id"], start + n * RELEASE_SPACING, {"generation": row["generation"]})
-                   for n, row in enumerate(due))
-    return Enabled([row["id"] for row in due], expired)
+    put = queue.put_if_absent([(row["id"], start + n * RELEASE_SPACING, {"generation": row["generation"]})
+                               for n, row in enumerate(due)])
+    return Enabled([row["id"] for row, queued in zip(due, put, strict=True) if queued], expired)
 
 
 def delete(conn: psycopg.Connection[Any], subscription_id: str, *, actor: str = APP_ACTOR) -> list[str]:

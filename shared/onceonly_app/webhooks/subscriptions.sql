@@ -40,11 +40,13 @@ UPDATE webhook_deliveries
 RETURNING id;
 
 -- name: due_retrying --
--- In: webhook_id. Out: its deliveries waiting for a retry that is due, in event
--- order, with the generation their queue item must carry: the ones just
--- released, and any a previous enable released but died before queueing.
+-- In: webhook_id. Out: its deliveries waiting for a retry that is due and that
+-- no claim has stamped since their release (fence_token 0), in event order,
+-- with the generation their queue item must carry: the ones just released,
+-- and any a previous enable released but died before queueing. The caller
+-- queues them with put_if_absent: the ones with a queue item keep it.
 SELECT id, generation FROM webhook_deliveries
- WHERE webhook_id = %(webhook_id)s AND status = 'retrying' AND next_attempt_at <= now()
+ WHERE webhook_id = %(webhook_id)s AND status = 'retrying' AND next_attempt_at <= now() AND fence_token = 0
  ORDER BY coalesce(occurred_at, created_at), event_sequence, id;
 
 -- name: drop_deliveries --

@@ -33,14 +33,18 @@ Assumptions worth knowing:
   shards a reader does not walk are never claimed by it.
 - Retries. botocore retries a request that timed out or failed (at most once,
   sized to the URL's ``timeout``). A conditional write whose condition fails on
-  such a retry raises StoreUnavailableError instead of reporting contention:
-  the first attempt may have been applied and its reply lost, so the grant may
-  exist, held by nobody, until its lease runs out. Nothing is granted twice.
+  such a retry raises StoreUnavailableError instead of reporting contention
+  when an earlier attempt may have been applied (no answer, or a 5xx) and its
+  reply lost, so the grant may exist, held by nobody, until its lease runs
+  out. After a throttle only (nothing applied) it is contention. Nothing is
+  granted twice.
 - One deadline per call. A call of many requests (claim, put_many, ack_many,
   depth) ends within the store's ``timeout`` as a whole: each request waits no
   longer than the time left, nothing is sent after the deadline, and the error
   says how many requests may have been applied (docs/coordination.md,
-  "DynamoDB: one deadline per call").
+  "DynamoDB: one deadline per call"). put_many is the exception: each of its
+  batches gets a deadline of its own, so a large one that keeps making
+  progress finishes.
 
 The modules, one job each: ``store`` (the store, from a URL or your client),
 ``leases``, ``queue``, ``batches`` (many writes: transactions, item by item),

@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import OnceOnlyError
 from .._common import batches
 from .deadline import Deadline
-from .table import Table
+from .table import MAX_CONCURRENT_WRITES, Table
 
 # TransactWriteItems takes at most 100 writes, on distinct items, of at most
 # 4 MB together; 100 payloads at the 256 KiB limit would be 25 MB. Sized by the
@@ -27,7 +27,9 @@ _TRANSACTION_OPERATIONS = {"update_item": "Update", "delete_item": "Delete"}
 Write = tuple[str, dict[str, Any]]  # (operation, parameters without TableName)
 
 
-def write_all(table: Table, deadline: Deadline, writes: Sequence[Write], unfinished: str) -> list[bool]:
+def write_all(
+    table: Table, deadline: Deadline, writes: Sequence[Write], unfinished: str, *, deadline_per_batch: bool = False
+) -> list[bool]:
     """Writes, conditions kept: whether each was applied (False: its condition
     failed).
 
@@ -41,10 +43,19 @@ def write_all(table: Table, deadline: Deadline, writes: Sequence[Write], unfinis
     item, concurrently. When a request fails or the deadline passes, no
     further batch is sent and StoreUnavailableError says how many writes were
     answered, may have been applied, or were not sent (``unfinished`` says
-    what that leaves)."""
+    what that leaves).
+
+    ``deadline_per_batch``: each step after the first (a transaction, or a
+    wave of up to MAX_CONCURRENT_WRITES writes item by item) gets a deadline
+    of its own, as long as ``deadline``'s, so a call that keeps making
+    progress never fails for being large (put_many); otherwise every step
+    shares ``deadline`` (ack_many, and the acks of claim(acks=…), which the
+    claim must not outwait)."""
     outcomes: list[bool | OnceOnlyError] = [table.cut_off(deadline, sent=False)] * len(writes)
     sizes = [len(json.dumps(params)) for _, params in writes]
-    for batch in batches(sizes, MAX_TRANSACTION_ITEMS, MAX_TRANSACTION_BYTES):
+    for number, batch in enumerate(batches(sizes, MAX_TRANSACTION_ITEMS, MAX_TRANSACTION_BYTES)):
+        if number and deadline_per_batch:
+            deadline = table.start(deadline.what)
         first_of_item = {writes[i][1]["Key"]["pk"]["S"]: i for i in reversed(batch)}
         try:
             transacted, refused = _transacted(table, deadline, writes, sorted(first_of_item.values()))
@@ -55,11 +66,16 @@ def write_all(table: Table, deadline: Deadline, writes: Sequence[Write], unfinis
         for i in batch:
             outcomes[i] = i in transacted  # a refused write is not applied: False
         one_by_one = [i for i in batch if i not in transacted and i not in refused]
-        results = table.run(deadline, [partial(_write_one, table, deadline, writes[i]) for i in one_by_one])
-        for i, result in zip(one_by_one, results, strict=True):
-            outcomes[i] = result
-        if any(isinstance(result, OnceOnlyError) for result in results):
-            raise table.failure(deadline, outcomes, unfinished, "writes")
+        wave = MAX_CONCURRENT_WRITES if deadline_per_batch else max(1, len(one_by_one))
+        for start in range(0, len(one_by_one), wave):
+            if start and deadline_per_batch:
+                deadline = table.start(deadline.what)
+            indices = one_by_one[start:start + wave]
+            results = table.run(deadline, [partial(_write_one, table, deadline, writes[i]) for i in indices])
+            for i, result in zip(indices, results, strict=True):
+                outcomes[i] = result
+            if any(isinstance(result, OnceOnlyError) for result in results):
+                raise table.failure(deadline, outcomes, unfinished, "writes")
     return [outcome is True for outcome in outcomes]
 
 

@@ -44,6 +44,8 @@ PUT_ITEM = (
     " #item_id = :item_id, #token = if_not_exists(#token, :zero),"
     " #attempt = if_not_exists(#attempt, :zero) REMOVE #owner"
 )
+# put_if_absent: an item that exists, in any state, is left as it is.
+ITEM_IS_ABSENT = "attribute_not_exists(#pk)"
 DUE_IN_SHARD = "#qshard = :qshard AND #claimable_at <= :now"
 NOT_DUE_IN_SHARD = "#qshard = :qshard AND #claimable_at > :now"
 HAS_OWNER = "attribute_exists(#owner)"

@@ -20,6 +20,7 @@ from .expressions import (
     GRANT_ITEM,
     HAS_OWNER,
     INDEX_NAME,
+    ITEM_IS_ABSENT,
     ITEM_IS_CLAIMABLE,
     ITEM_IS_HELD_BY_CALLER,
     NOT_DUE_IN_SHARD,
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 # What a call that did not finish may have left, per kind of call (the end of
 # its StoreUnavailableError message).
 PUT_MANY_UNFINISHED = "an unanswered put may have been written; put_many again writes them all"
+PUT_IF_ABSENT_UNFINISHED = "an unanswered put may have been written; put_if_absent again puts the missing ones"
 ACKS_UNFINISHED = ("an unanswered ack may have been applied (its item is then gone); an item not acked"
                    " returns to the queue when its lease ends")
 CLAIM_UNFINISHED = ("an item granted by an unanswered write is held by nobody and returns to the queue"
@@ -85,15 +87,36 @@ class DynamoDBQueue:
         self._table.call(self._table.start("put"), "update_item", **self._put_write(put))
 
     def put_many(self, items: Iterable[tuple[str, float | None, Any]]) -> int:
-        """The puts in TransactWriteItems of up to 100 (see batches.write_all).
-        Not BatchWriteItem: its PutItem replaces the whole record, which would
-        reset the token and attempt count of an item that is rescheduled."""
+        """The puts in TransactWriteItems of up to 100 (see batches.write_all),
+        each batch within a ``timeout`` of its own: however many items, the
+        call fails only when one batch does not finish in time, and then no
+        later batch is sent. Not BatchWriteItem: its PutItem replaces the whole
+        record, which would reset the token and attempt count of an item that
+        is rescheduled."""
         puts = common.check_put_items(items)
         # One write per id (the later entry wins): a transaction takes an item
         # once, and concurrent writes of one item would land in any order.
         writes = [("update_item", self._put_write(put)) for put in common.last_put_per_item(puts)]
-        write_all(self._table, self._table.start("put_many"), writes, PUT_MANY_UNFINISHED)
+        write_all(self._table, self._table.start("put_many"), writes, PUT_MANY_UNFINISHED, deadline_per_batch=True)
         return len(puts)
+
+    def put_if_absent(self, items: Iterable[tuple[str, float | None, Any]]) -> list[bool]:
+        """The puts, each conditional on its item not existing (ITEM_IS_ABSENT),
+        in TransactWriteItems of up to 100 where the server has them."""
+        checked = common.check_put_items(items)
+        puts, kept = common.first_put_per_item(checked)
+        writes = []
+        for put in puts:
+            write = self._put_write(put)
+            write["ConditionExpression"] = ITEM_IS_ABSENT
+            write["ExpressionAttributeNames"] = names(ITEM_IS_ABSENT, PUT_ITEM)
+            writes.append(("update_item", write))
+        # A deadline per batch, as put_many: subscriptions.enable() puts all of
+        # a subscription's held deliveries in one call.
+        applied = write_all(self._table, self._table.start("put_if_absent"), writes, PUT_IF_ABSENT_UNFINISHED,
+                            deadline_per_batch=True)
+        done = {put.item_id for put, put_now in zip(puts, applied, strict=True) if put_now}
+        return common.absent_results(len(checked), puts, kept, done)
 
     def _put_write(self, put: common.CheckedPut) -> dict[str, Any]:
         return {

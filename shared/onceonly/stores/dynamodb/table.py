@@ -41,6 +41,35 @@ def _retry_attempts(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0))
 
 
+# Whether an attempt of the request this thread is sending may have been
+# applied without the caller hearing of it (see note_uncertain_attempt).
+_attempts = threading.local()
+# Errors DynamoDB answers before applying anything: the request rate, not the write.
+_NOT_APPLIED_CODES = frozenset({
+    "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
+    "TransactionInProgressException",
+})
+NEEDS_RETRY_EVENT = "needs-retry.dynamodb"
+NEEDS_RETRY_HOOK_ID = "onceonly-uncertain-attempts"
+
+
+def note_uncertain_attempt(response: Any = None, caught_exception: Any = None, **_: Any) -> None:
+    """botocore's ``needs-retry`` hook, run after every attempt: marks the
+    thread's request as possibly applied when an attempt got no answer (a
+    timeout, a reset: not a connect that failed) or a 5xx. A throttle is an
+    answer that nothing was applied. Returns None: botocore's retry policy
+    decides the retry."""
+    if caught_exception is not None:
+        uncertain = not isinstance(caught_exception, (ConnectTimeoutError, EndpointConnectionError))
+    else:
+        http, parsed = response if isinstance(response, tuple) else (None, {})
+        status = int(getattr(http, "status_code", 0) or 0)
+        code = str((parsed or {}).get("Error", {}).get("Code", ""))
+        uncertain = status >= 500 and code not in _NOT_APPLIED_CODES
+    if uncertain:
+        _attempts.uncertain = True
+
+
 class Table:
     """One DynamoDB table behind one boto3 client. ``timeout`` bounds every call
     (:meth:`start`); ``owns_client``: the client was built by from_url, so its
@@ -53,6 +82,7 @@ class Table:
         self.owns_client = owns_client
         client.meta.events.register_first(deadlines.HOOK_EVENT, deadlines.bound_by_deadline,
                                           unique_id=deadlines.HOOK_ID)
+        client.meta.events.register_first(NEEDS_RETRY_EVENT, note_uncertain_attempt, unique_id=NEEDS_RETRY_HOOK_ID)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self.transactions = True  # until the server says it has none (dynalite)
@@ -130,6 +160,7 @@ class Table:
              ) -> dict[str, Any]:
         """One request on this thread (``table``: of this table)."""
         params = {"TableName": self.name, **kwargs} if table else kwargs
+        _attempts.uncertain = False
         try:
             response: dict[str, Any] = getattr(self.client, operation)(**params)
             return response
@@ -146,10 +177,11 @@ class Table:
             exc = error.__cause__
             if not isinstance(exc, ClientError) or error_code(exc) != "ConditionalCheckFailedException":
                 raise
-            if _retry_attempts(exc):
-                # botocore sent this write again after an attempt that failed,
-                # perhaps one whose reply was lost after it was applied: the
-                # failed condition may be our own write. Say "unknown", not "no".
+            if _retry_attempts(exc) and getattr(_attempts, "uncertain", True):
+                # botocore sent this write again after an attempt that may have
+                # been applied (no answer, or a 5xx): the failed condition may
+                # be our own write. Say "unknown", not "no". After a throttle
+                # only, the condition failed on someone else's write: contention.
                 raise StoreUnavailableError(
                     f"DynamoDB {deadline.what} on table {self.name!r}: the condition failed on a retry, so an"
                     " earlier attempt may have been applied; what it granted expires with its ttl/lease"
