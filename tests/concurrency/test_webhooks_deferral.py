@@ -27,7 +27,7 @@ from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_limits import DEFER_RETENTION, slot_name
 from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
-from tests.concurrency.race import run_workers
+from tests.concurrency.race import CTX, run_workers
 from tests.support.held_deliveries import held_subscription, new_tenant
 from tests.support.webhooks import (
     UNLIMITED,
@@ -46,8 +46,10 @@ pytestmark = pytest.mark.concurrency
 pytest_plugins = ("tests.support.webhook_fixtures",)
 
 
-def _loop_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str, str], seconds: float) -> None:
-    """Invoke the real retry handler in a loop for ``seconds``, as overlapping schedules would."""
+def _loop_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str, str], seconds: float,
+                 stop: Any = None) -> None:
+    """Invoke the real retry handler in a loop for ``seconds`` (or until ``stop``
+    is set), as overlapping schedules would."""
     import os
 
     from onceonly_cli.lambda_runtime import LambdaContext, close_function_clients, load_handler
@@ -61,7 +63,7 @@ def _loop_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str
     history = History(history_path)
     barrier.wait(BARRIER_TIMEOUT)
     started = time.monotonic()
-    while time.monotonic() - started < seconds:
+    while time.monotonic() - started < seconds and not (stop is not None and stop.is_set()):
         summary = handler(scheduled_event(), LambdaContext(function_name="webhook-retry", timeout_seconds=30))
         history.write(worker=worker_no, **summary)
         time.sleep(0.05)
@@ -168,10 +170,14 @@ def test_a_saturated_endpoint_never_holds_up_another_endpoints_due_deliveries(
                 time.sleep(0.1)
             enabled_at.append(time.time())
             subscriptions.enable(conn, queue, other)
+        receiver.wait_for(lambda reqs: {r.webhook_id for r in reqs} >= set(others), timeout=30)
+        stop.set()
 
+    stop = CTX.Event()  # the workers run until the other endpoint's deliveries are in, or a minute
     enabler = threading.Thread(target=enable_the_other_later, daemon=True)
     enabler.start()
-    run_workers(_loop_worker, STARVE_WORKERS, tmp_path / "starve", env, 10.0, won=lambda e: e["claimed"] > 0)
+    run_workers(_loop_worker, STARVE_WORKERS, tmp_path / "starve", env, 60.0, stop,
+                won=lambda e: e["claimed"] > 0)
     enabler.join(10)
     assert enabled_at, "the other endpoint was never enabled"
     got: dict[str, ReceivedRequest] = {r.webhook_id: r for r in receiver.history() if r.webhook_id in others}
