@@ -25,6 +25,7 @@ from bench import (
     backlog,
     charts,
     claims,
+    cold_imports,
     delivery_cost,
     idempotency,
     leases,
@@ -65,6 +66,8 @@ def measure(sizes: Sizes) -> tuple[dict[str, Any], list[Target]]:
             runs += timed("idempotency", lambda: idempotency.run(workers, places, sizes))
             runs += timed("replicas", lambda: replicas.run(places, sizes))
             runs += timed("delivery_cost", lambda: delivery_cost.run(places, sizes))
+            if sizes.repeat > 1:  # a layer build and 70 imports: not in the smoke run
+                runs += timed("cold_imports", lambda: cold_imports.run(cold_imports.REPEAT))
             targets = evaluate(runs, sizes)
             result.update(runs=runs, targets=[asdict(t) for t in targets], postgresql_claim_plan=plan,
                           profiles=timed("profiles", lambda: profiles.run(workers, places, sizes, targets)))

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 import onceonly
+from onceonly_cli.redis_cluster import LocalCluster
 from onceonly_cli.servers import DEFAULT_POSTGRES_URL, LocalServers, ServerSetupError
 from tests.support.default_data import changes, fingerprint
 from tests.support.pgbouncer import PgBouncer, PgBouncerError
-from tests.support.scratch import delete_table, scratch_database, scratch_redis_prefix
+from tests.support.scratch import delete_table, scratch_database, scratch_redis_prefix, with_prefix
 
 # boto3 needs credentials and a region even for a local endpoint; never real ones.
 os.environ.update(
@@ -102,6 +103,20 @@ def redis_url(redis_server_url: str) -> Iterator[str]:
     """A store URL on the test Redis with a key prefix of this run's own, deleted at the end."""
     with scratch_redis_prefix(redis_server_url, "onceonly-test") as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(local_servers: LocalServers) -> LocalCluster:
+    """A Redis Cluster of this session's own (3 primaries, 3 replicas, loopback),
+    stopped by PID with the other servers. Tests that kill nodes or move slots
+    start their own (tests/support/redis_cluster_ops.py)."""
+    return _or_fail(local_servers.redis_cluster)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(redis_cluster: LocalCluster) -> str:
+    """A store URL on the session's cluster (``?cluster=1``), a key prefix of its own."""
+    return with_prefix(redis_cluster.url, f"onceonly-test-{secrets.token_hex(4)}")
 
 
 @pytest.fixture(scope="session")

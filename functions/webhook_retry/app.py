@@ -7,16 +7,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from onceonly.scheduled import scheduled_time_of
 from onceonly_app.appdb.schema import schema_required
+from onceonly_app.tracing import handler_tracer
 from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-retry")
-tracer = Tracer(service="webhook-retry")  # X-Ray when the template turns tracing on
+tracer = handler_tracer("webhook-retry")  # X-Ray only when the template turns tracing on
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
                   service="webhook-retry")
 

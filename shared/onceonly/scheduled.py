@@ -117,7 +117,7 @@ class Tick:
 
     @property
     def reclaimed(self) -> bool:
-        return self.lease.token > 1
+        return self.lease.grant_number > 1
 
     @property
     def store(self) -> Store:

@@ -10,8 +10,9 @@ outcome does to the delivery record and the due queue.
 - Every attempt is counted when it starts (start_attempt), so a delivery whose
   attempts crash the worker still runs out of attempts and dead-letters; one
   claim that fails does not stop the run, only an unavailable store does.
-- Every attempt has one deadline (attempt_budget) for its DNS lookup and its
-  whole request, and is only started when the invocation has that much time left.
+- Every attempt has a deadline (attempt_budget) for its DNS lookup, and one for
+  its whole request, which starts once the endpoint's limits admitted it; it is
+  only started when the invocation has that much time left.
 - The claims of one batch are attempted concurrently (max_in_flight at once,
   lanes.py), each with its own fence, outcome and report.
 """
@@ -34,13 +35,13 @@ from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
 from .deliveries import AttemptInput, DeliveryRepository, Outcome, Recorded, Subscription, delivery_id_for
 from .endpoint_health import EndpointHealth
-from .endpoint_limits import EndpointGate
+from .endpoint_limits import DEFER_RETENTION, Admission, EndpointGate
 from .endpoint_settings import request_headers
 from .lanes import run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
 from .signing import signed_headers
-from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
+from .ssrf import Resolver, Target, UnresolvableHostError, UnsafeTargetError, check_target
 from .urls import UnencodableURLError
 
 # Statuses a queue item has nothing left to do for: finished, or held (enabling
@@ -345,7 +346,8 @@ class WebhookService:
             outcome = self._try(delivery)
             gone_url = delivery.subscription.url if outcome.outcome == "gone" else None
         if outcome.outcome == "deferred":
-            recorded = self.repo.defer(delivery_id, generation, token, outcome.next_attempt_at or self.clock())
+            recorded = self.repo.defer(delivery_id, generation, token, outcome.next_attempt_at or self.clock(),
+                                       DEFER_RETENTION)
         elif outcome.status == "held":
             # Decided again under the subscription's lock: a 410 only disables the
             # URL that answered it, and an enable meanwhile means retry now.
@@ -416,9 +418,9 @@ class WebhookService:
         if not subscription.enabled:
             # Kept, not attempted: enabling the subscription delivers it (no event is lost).
             return Outcome("disabled", "held", None, HELD_ERROR, None)
-        deadline = Budget.after(self.config.attempt_budget)  # one for the DNS lookup and the whole request
+        lookup = Budget.after(self.config.attempt_budget)  # the DNS lookup's deadline
         try:
-            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
+            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, lookup)
         except UnsafeTargetError as exc:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
@@ -426,14 +428,17 @@ class WebhookService:
         except UnencodableURLError as exc:
             # A URL stored before add/update encoded URLs: a failed attempt with its reason.
             return self._failure(SendResult(None, f"URL cannot be sent: {exc}"), delivery.attempt)
-        with self._admitted(subscription) as admitted:
-            if not admitted:
-                assert self.gate is not None
-                return Outcome("deferred", "retrying", None, HELD_BACK, self.clock() + self.gate.held_back_delay())
-            body = delivery.body()
-            headers = request_headers(subscription.headers,
-                                      signed_headers(subscription.signing_secrets, delivery.id, body, self.clock()))
-            result = self.sender.post(target, body, headers, deadline)
+        with self._admitted(subscription) as admission:
+            if admission:
+                # The request's own deadline starts once it is admitted: the wait for
+                # the endpoint's limits never eats into the receiver's time.
+                deadline = Budget.after(self.config.attempt_budget)
+                result = self._send(delivery, target, deadline)
+        if not admission:
+            assert self.gate is not None
+            due = self.gate.held_back_until(subscription.id, admission, subscription.rate_per_second,
+                                            delivery.deferrals, self.clock())
+            return Outcome("deferred", "retrying", None, HELD_BACK, due)
         if result.ok:
             return Outcome("succeeded", "succeeded", result.status_code, None, None)
         if result.aborted:
@@ -442,12 +447,19 @@ class WebhookService:
             return Outcome("gone", "held", 410, "410 Gone: subscription disabled, held until it is enabled", None)
         return self._failure(result, delivery.attempt)
 
+    def _send(self, delivery: AttemptInput, target: Target, deadline: Budget) -> SendResult:
+        body = delivery.body()
+        subscription = delivery.subscription
+        headers = request_headers(subscription.headers,
+                                  signed_headers(subscription.signing_secrets, delivery.id, body, self.clock()))
+        return self.sender.post(target, body, headers, deadline)
+
     @contextmanager
-    def _admitted(self, subscription: Subscription) -> Iterator[bool]:
+    def _admitted(self, subscription: Subscription) -> Iterator[Admission]:
         """Whether the endpoint's limits let this request go now (holding its
         in-flight slot while it runs); always, without a gate."""
         if self.gate is None:
-            yield True
+            yield Admission(True)
             return
         with self.gate.admit(subscription.id, subscription.max_in_flight, subscription.rate_per_second) as ok:
             yield ok
