@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench import cold_imports
 from bench.sizes import STORES, Sizes
 from bench.summary import Figure, figures, per_call, worst
 from bench.targets import BARE_PG, BARE_REDIS, Target
@@ -67,7 +68,8 @@ class Report:
 
     def markdown(self) -> str:
         parts = [self._intro(), self._targets(), self._shows(), self._charts(), self._claims(), self._backlog(),
-                 self._alternatives(), self._replicas(), self.delivery_cost(), self._missed(), self._method()]
+                 self._alternatives(), self._replicas(), self.delivery_cost(), cold_imports.section(self.runs),
+                 self._missed(), self._method()]
         return "\n".join(line for part in parts for line in part).rstrip() + "\n"
 
     def _intro(self) -> list[str]:

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 import onceonly
+from onceonly_cli.redis_cluster import LocalCluster
 from onceonly_cli.servers import DEFAULT_POSTGRES_URL, LocalServers, ServerSetupError
 from tests.support.default_data import changes, fingerprint
 from tests.support.pgbouncer import PgBouncer, PgBouncerError
-from tests.support.scratch import delete_table, scratch_database, scratch_redis_prefix
+from tests.support.scratch import delete_table, scratch_database, scratch_redis_prefix, with_prefix
 
 # boto3 needs credentials and a region even for a local endpoint; never real ones.
 os.environ.update(
@@ -105,6 +106,20 @@ def redis_url(redis_server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def redis_cluster(local_servers: LocalServers) -> LocalCluster:
+    """A Redis Cluster of this session's own (3 primaries, 3 replicas, loopback),
+    stopped by PID with the other servers. Tests that kill nodes or move slots
+    start their own (tests/support/redis_cluster_ops.py)."""
+    return _or_fail(local_servers.redis_cluster)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(redis_cluster: LocalCluster) -> str:
+    """A store URL on the session's cluster (``?cluster=1``), a key prefix of its own."""
+    return with_prefix(redis_cluster.url, f"onceonly-test-{secrets.token_hex(4)}")
+
+
+@pytest.fixture(scope="session")
 def dynalite_endpoint(local_servers: LocalServers) -> Iterator[str]:
     """The session's dynalite; every table a test creates on it must be gone at the end."""
     endpoint = _or_fail(local_servers.dynalite)
@@ -159,6 +174,7 @@ _PROCESS_HEAVY = (
     "tests/concurrency/test_store_races.py",
     "tests/concurrency/test_pgbouncer_race.py",
     "tests/concurrency/test_redis_seed_regression.py",
+    "tests/concurrency/test_redis_cluster_topology.py",
     "tests/e2e/test_cli_simulate.py",
 )
 

@@ -18,8 +18,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .reaper import Reaper
+
+if TYPE_CHECKING:
+    from .redis_cluster import LocalCluster, Tls
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DYNALITE_LAUNCHER = Path(__file__).with_name("dynalite_launcher.js")
@@ -184,6 +188,15 @@ class LocalServers:
         self._started(proc)
         wait_for_port(port, proc, "redis-server")
         return f"redis://127.0.0.1:{port}/0"
+
+    def redis_cluster(self, tls: Tls | None = None) -> LocalCluster:
+        """A Redis Cluster of this process's own: 3 primaries and 3 replicas on
+        free loopback ports (``redis_cluster.py``), stopped with the others."""
+        from .redis_cluster import LocalCluster
+
+        cluster = LocalCluster(self.tempdir("onceonly-redis-cluster-"), self._started, tls)
+        cluster.start()
+        return cluster
 
     def dynalite(self, *, path: Path | None = None) -> str:
         """Start dynalite on a free 127.0.0.1 port; returns its endpoint URL. It runs

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
@@ -17,11 +17,12 @@ from onceonly_app.billing.aws import bounded_client
 from onceonly_app.billing.config import JobSettings, NotificationSettings
 from onceonly_app.billing.ses import SesNotifier
 from onceonly_app.budget import Budget
+from onceonly_app.tracing import handler_tracer
 
 SETTINGS = JobSettings.from_env("notifications")
 NOTIFY = NotificationSettings.from_env()
 logger = Logger(service="notifications")
-tracer = Tracer(service="notifications")  # X-Ray when the template turns tracing on
+tracer = handler_tracer("notifications")  # X-Ray only when the template turns tracing on
 metrics = Metrics(service="notifications")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
@@ -14,11 +14,12 @@ from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import overdue
 from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings
 from onceonly_app.budget import Budget
+from onceonly_app.tracing import handler_tracer
 
 SETTINGS = JobSettings.from_env("overdue-invoices")
 WATCHER = JobSettings.from_env(PAYMENT_WATCHER_JOB).job  # whose ledger time holds back dunning
 logger = Logger(service="overdue-invoices")
-tracer = Tracer(service="overdue-invoices")  # X-Ray when the template turns tracing on
+tracer = handler_tracer("overdue-invoices")  # X-Ray only when the template turns tracing on
 metrics = Metrics(service="overdue-invoices")
 
 

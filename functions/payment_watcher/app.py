@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
@@ -18,11 +18,12 @@ from onceonly_app.billing.aws import bounded_client
 from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings, PaymentWatcherSettings
 from onceonly_app.billing.payments_api import PaymentsClient
 from onceonly_app.budget import Budget
+from onceonly_app.tracing import handler_tracer
 
 SETTINGS = JobSettings.from_env(PAYMENT_WATCHER_JOB)
 WATCH = PaymentWatcherSettings.from_env()
 logger = Logger(service="payment-watcher")
-tracer = Tracer(service="payment-watcher")  # X-Ray when the template turns tracing on
+tracer = handler_tracer("payment-watcher")  # X-Ray only when the template turns tracing on
 metrics = Metrics(service="payment-watcher")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
@@ -15,10 +15,11 @@ from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import recurring
 from onceonly_app.billing.config import JobSettings
 from onceonly_app.budget import Budget
+from onceonly_app.tracing import handler_tracer
 
 SETTINGS = JobSettings.from_env("recurring-billing")
 logger = Logger(service="recurring-billing")
-tracer = Tracer(service="recurring-billing")  # X-Ray when the template turns tracing on
+tracer = handler_tracer("recurring-billing")  # X-Ray only when the template turns tracing on
 metrics = Metrics(service="recurring-billing")
 
 

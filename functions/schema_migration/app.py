@@ -27,10 +27,35 @@ def _load() -> tuple[custom_resource.Step, Any]:
         report = apply_schema(database_url(), store_url(), responder, stack=stack_of(responder.stack_id))
         if report.store_switch.repaired:
             logger.warning(report.store_switch.summary(), extra=report.store_switch.as_data())
+        start_alarm_clocks(report.retry_queue_depth, logger)
         return {"MigrationsApplied": ",".join(report.migrations_applied) or "none", "StoreKind": report.store_kind,
                 "SchemaVersion": report.schema_version, **report.store_switch.as_data()}
 
     return apply, logger
+
+
+def start_alarm_clocks(retry_queue_depth: int, logger: Any) -> None:
+    """The stale alarms' first samples (onceonly_app/appdb/alarm_clocks.py).
+    Failing to send them costs at most an alarm that starts in ALARM: logged,
+    and the deploy goes on."""
+    import os
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from onceonly_app.appdb import alarm_clocks
+    from onceonly_app.billing.aws import bounded_client
+
+    jobs = alarm_clocks.services()
+    if not jobs:
+        return
+    namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly")
+    try:
+        sent = alarm_clocks.start_clocks(bounded_client("cloudwatch"), namespace, jobs, retry_queue_depth)
+    except (BotoCoreError, ClientError) as exc:
+        logger.warning("the stale alarms' clocks were not started; they may show ALARM until each job's first "
+                       "run", extra={"error": f"{type(exc).__name__}: {exc}"})
+    else:
+        logger.info("stale alarms' clocks started", extra={"samples": sent, "namespace": namespace})
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

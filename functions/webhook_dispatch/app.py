@@ -11,19 +11,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from onceonly_app.appdb.schema import schema_required
+from onceonly_app.tracing import handler_tracer
 from onceonly_app.webhooks.dispatch_batch import DispatchBatch, check_sqs_event, fail_if_nothing_went_through
 from onceonly_app.webhooks.runtime import dispatch_queue, webhook_service
 from onceonly_app.webhooks.service import DispatchResult
 
 logger = Logger(service="webhook-dispatch")
-tracer = Tracer(service="webhook-dispatch")  # X-Ray when the template turns tracing on
+tracer = handler_tracer("webhook-dispatch")  # X-Ray only when the template turns tracing on
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
                   service="webhook-dispatch")
 # A batch of only malformed records is answered record by record, not as a
@@ -50,6 +51,8 @@ def count(result: DispatchResult) -> None:
         metrics.add_metric(name="deliveries_deferred", unit=MetricUnit.Count, value=1)
     elif result.attempt is not None:
         metrics.add_metric(name=OUTCOME_METRICS[result.attempt.status], unit=MetricUnit.Count, value=1)
+        if result.attempt.auto_disabled:  # alarmed on (template.yaml, WebhookAutoDisabledAlarm)
+            metrics.add_metric(name="subscriptions_auto_disabled", unit=MetricUnit.Count, value=1)
 
 
 @tracer.capture_lambda_handler

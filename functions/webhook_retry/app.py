@@ -7,24 +7,25 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from onceonly.scheduled import scheduled_time_of
 from onceonly_app.appdb.schema import schema_required
+from onceonly_app.tracing import handler_tracer
 from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-retry")
-tracer = Tracer(service="webhook-retry")  # X-Ray when the template turns tracing on
+tracer = handler_tracer("webhook-retry")  # X-Ray only when the template turns tracing on
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
                   service="webhook-retry")
 
 COUNTERS = ("succeeded", "failed", "dead", "held", "dropped", "aborted", "deferred", "claims_contended",
-            "leases_reclaimed", "fenced_writes_refused", "claims_failed")
+            "leases_reclaimed", "fenced_writes_refused", "claims_failed", "auto_disabled")
 METRIC_NAMES = {"succeeded": "deliveries_succeeded", "failed": "deliveries_failed", "dead": "deliveries_dead",
                 "held": "deliveries_held", "dropped": "deliveries_dropped", "deferred": "deliveries_deferred",
-                "aborted": "deliveries_aborted"}
+                "aborted": "deliveries_aborted", "auto_disabled": "subscriptions_auto_disabled"}
 
 
 @tracer.capture_lambda_handler

@@ -20,6 +20,15 @@ class Lease:
     owner: str
     token: int
     expires_at: float  # epoch seconds, by the store's clock
+    # How many times the name was granted, this grant included (1: the first),
+    # where the store counts grants apart from the token (Redis, whose tokens
+    # are floored by its clock); None where the token is that count.
+    grants: int | None = None
+
+    @property
+    def grant_number(self) -> int:
+        """1 for the first grant of the name, 2 for the next one, and so on."""
+        return self.token if self.grants is None else self.grants
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,8 @@ class Store(Protocol):
         ``expire=True`` lets the store delete the record once ``keep`` has passed
         (Redis: the key's expiry; DynamoDB: the ``expire_at`` TTL attribute;
         PostgreSQL: pruned by later expiring completions and ``prune_expired``).
-        The name's token then starts again at 1, so ask for it only for names that
+        The name's token then starts again at 1 (on Redis: above the server's clock
+        floor, see docs/coordination.md), so ask for it only for names that
         are never granted again after ``keep``, such as one cron tick. Without it
         the record is kept forever and the token strictly increases."""
 
@@ -158,3 +168,9 @@ class LeaseState:
     token: int
     busy_until: float  # epoch seconds: held or completed until then
     completed: bool
+    grants: int | None = None  # as in Lease
+
+    @property
+    def grant_number(self) -> int:
+        """How many times the name was granted (the token where that is the count)."""
+        return self.token if self.grants is None else self.grants

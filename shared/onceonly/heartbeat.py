@@ -8,7 +8,11 @@ whole job, and a dead holder's lease is gone within one ttl of its death.
 Deadline-driven. A holder knows when its lease ends only by its own clock, so
 it counts conservatively (:class:`LeaseClock`): from *before* the request that
 granted or renewed the lease was sent, plus the ttl, less a drift allowance
-(Redlock's: 1 % of the ttl plus 2 ms). Against that end:
+(Redlock's: 1 % of the ttl plus 2 ms), less the clock skew the store assumes
+between its clients (``store.clock_skew``: 0 where the server's clock decides
+expiry, PostgreSQL and Redis; DynamoDB's ``clock_skew`` option, 1 s by default,
+because there a contender's clock decides when the lease has ended, and one
+running ahead by that much takes it over that much early). Against that end:
 
 - a renewal starts when what is left of the lease falls to ``ttl - interval``,
   that is ``interval`` after the previous successful one was *sent*, however
@@ -49,14 +53,23 @@ DRIFT_FACTOR = 0.01
 DRIFT_FLOOR = 0.002
 
 
+def assumed_skew(store: object) -> float:
+    """How far the store assumes its clients' clocks may be apart, in seconds:
+    its ``clock_skew``, or 0 for a store without one (expiry by the server's clock)."""
+    skew = getattr(store, "clock_skew", 0.0)
+    return float(skew) if isinstance(skew, (int, float)) and not isinstance(skew, bool) and skew > 0 else 0.0
+
+
 class LeaseClock:
     """When a held lease ends, by this process's monotonic clock, counted
-    conservatively (see the module docstring). ``changed`` is notified on
-    every renewal, so a heartbeat waiting on it follows the new end at once."""
+    conservatively (see the module docstring), ``skew`` seconds early.
+    ``changed`` is notified on every renewal, so a heartbeat waiting on it
+    follows the new end at once."""
 
-    def __init__(self, sent: float, ttl: float) -> None:
+    def __init__(self, sent: float, ttl: float, skew: float = 0.0) -> None:
         self.changed = threading.Condition()
-        self._ends_at = _end(sent, ttl)
+        self.skew = skew
+        self._ends_at = _end(sent, ttl, skew)
 
     @property
     def ends_at(self) -> float:
@@ -66,12 +79,12 @@ class LeaseClock:
         """The lease was renewed for ``ttl`` by a request sent at ``sent``
         (``time.monotonic()`` taken before sending it)."""
         with self.changed:
-            self._ends_at = _end(sent, ttl)
+            self._ends_at = _end(sent, ttl, self.skew)
             self.changed.notify_all()
 
 
-def _end(sent: float, ttl: float) -> float:
-    return sent + ttl - (ttl * DRIFT_FACTOR + DRIFT_FLOOR)
+def _end(sent: float, ttl: float, skew: float) -> float:
+    return sent + ttl - (ttl * DRIFT_FACTOR + DRIFT_FLOOR) - skew
 
 
 class _Renewal:
@@ -119,7 +132,9 @@ class Heartbeat:
                  fields: dict[str, Any] | None = None, join_timeout: float = 30.0) -> None:
         self._renew = renew
         self._clock = clock
-        self._lead = ttl - interval  # renew when this much of the lease is left
+        # Renew when this much of the lease (as the clock counts it, skew
+        # taken off) is left: ``interval`` after the previous renewal was sent.
+        self._lead = ttl - interval - clock.skew
         self._retry = interval / 2
         self._name = name
         self._on_lost = on_lost

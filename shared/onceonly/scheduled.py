@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from .api import Lease, Store
 from .errors import ConfigError, LeaseLostError, OnceOnlyError
-from .heartbeat import Heartbeat, LeaseClock
+from .heartbeat import Heartbeat, LeaseClock, assumed_skew
 from .stores._common import MAX_NAME_BYTES, check_name, check_seconds
 
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
@@ -94,16 +94,18 @@ class Tick:
     ttl: float
     _store: Store = field(repr=False)
     # time.monotonic() before the request that granted the lease was sent
-    # (default: now); the lease's end is counted from it.
+    # (default: now); the lease's end is counted from it, ``clock_skew``
+    # seconds early (the store's assumed skew between its clients' clocks).
     asked_at: InitVar[float | None] = None
+    clock_skew: InitVar[float] = 0.0
     _clock: LeaseClock = field(init=False, repr=False)
     _renewing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
     _losing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost_callbacks: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
-    def __post_init__(self, asked_at: float | None) -> None:
-        self._clock = LeaseClock(time.monotonic() if asked_at is None else asked_at, self.ttl)
+    def __post_init__(self, asked_at: float | None, clock_skew: float) -> None:
+        self._clock = LeaseClock(time.monotonic() if asked_at is None else asked_at, self.ttl, clock_skew)
 
     @property
     def lock_name(self) -> str:
@@ -115,7 +117,7 @@ class Tick:
 
     @property
     def reclaimed(self) -> bool:
-        return self.lease.token > 1
+        return self.lease.grant_number > 1
 
     @property
     def store(self) -> Store:
@@ -295,6 +297,7 @@ def scheduled(
     def run_tick(body: Body, event: Any, context: Any) -> dict[str, Any]:
         when = scheduled_time_of(event)
         tick_store = _resolve(store)
+        skew = _check_skew(ttl, beat, assumed_skew(tick_store))
         name = tick_lock_name(job, when)
         report: dict[str, Any] = {"job": job, "tick": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
         asked = time.monotonic()  # before the request: the lease ends no earlier than asked + ttl
@@ -302,7 +305,7 @@ def scheduled(
         if lease is None:
             return _skipped(tick_store, name, report, log, count)
         tick = Tick(job=job, scheduled_time=when, event_id=_event_id(event), lease=lease, ttl=ttl,
-                    _store=tick_store, asked_at=asked)
+                    _store=tick_store, asked_at=asked, clock_skew=skew)
         context_fields = {"lock": name, "token": lease.token, "owner": lease.owner,
                           "event_id": tick.event_id}
         if tick.reclaimed:
@@ -361,6 +364,17 @@ def _check_heartbeat(ttl: float, heartbeat: float | None) -> float:
         raise ConfigError(f"heartbeat ({beat} s) must be under half the ttl ({ttl} s), so that one late "
                           "renewal does not lose the tick")
     return beat
+
+
+def _check_skew(ttl: float, beat: float, skew: float) -> float:
+    """The store's assumed clock skew, if the tick's lease, as its holder
+    counts it (``skew`` early: heartbeat.LeaseClock), outlasts a heartbeat."""
+    if beat >= ttl - skew:
+        raise ConfigError(f"the ttl ({ttl:g} s) less the store's assumed clock skew ({skew:g} s) must be longer"
+                          f" than the heartbeat ({beat:g} s), or the lease counts as lost before its first"
+                          " renewal: raise the ttl (or lower the store's clock_skew if its clients' clocks are"
+                          " closer)")
+    return skew
 
 
 def _event_id(event: Mapping[str, Any]) -> str | None:

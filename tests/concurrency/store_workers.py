@@ -28,7 +28,7 @@ def acquire_each_once(n: int, barrier: Any, path: Path, url: str, names: list[st
     for name in order:
         lease = store.acquire(name, ttl=60)
         if lease is not None:
-            history.write(worker=n, name=name, token=lease.token, owner=lease.owner)
+            history.write(worker=n, name=name, token=lease.token, grant=lease.grant_number, owner=lease.owner)
     store.close()
     history.close()
 

@@ -62,7 +62,7 @@ def wait_until_blocked(db_url: str, proc: Any, timeout: float = 60.0) -> None:
 def sleep_past_two_leases(store: onceonly.Store, name: str, lease: float) -> None:
     """Until the tick's lease, as it stands now, would have run out twice over."""
     state = store.inspect(name)
-    assert state is not None and state.token == 1, state
+    assert state is not None and state.grant_number == 1, state
     time.sleep(max(0.0, state.busy_until + 2 * lease - time.time()))
 
 
@@ -71,7 +71,7 @@ def held_past_its_lease(store: onceonly.Store, name: str, lease: float) -> None:
     (the body itself never renews while it is blocked) can explain it."""
     sleep_past_two_leases(store, name, lease)
     state = store.inspect(name)
-    assert state is not None and state.token == 1 and not state.completed, state
+    assert state is not None and state.grant_number == 1 and not state.completed, state
     assert state.busy_until > time.time(), "the tick's lease ran out while its run was alive: no heartbeat"
 
 
@@ -107,6 +107,11 @@ def overdue_invoices(job_scope: JobScope, jobs_db: str) -> list[str]:
         return sorted(data.add_invoice(conn, job_scope.tenant, due_at="2026-11-01T00:00:00Z") for _ in range(2))
 
 
+def assert_second_grant(store: onceonly.Store, name: str, token: int) -> None:
+    state = store.inspect(name)
+    assert state is not None and state.grant_number == 2 and state.token == token, state
+
+
 def assert_overdue_once(jobs_db: str, scope: JobScope, invoices: list[str], token: int) -> None:
     with data.connect(jobs_db) as conn:
         effects = data.invoice_effects(conn, scope.tenant)
@@ -131,9 +136,10 @@ def test_a_killed_run_is_run_by_lambdas_first_retry(
     outcome = outcome_of(replicas, retry, "attempt-2")
 
     assert outcome["status"] == "ran", f"Lambda's retry did not run the dead run's tick: {outcome}"
-    assert outcome["token"] == 2 and outcome["reclaimed"] is True
+    assert outcome["reclaimed"] is True
+    assert_second_grant(store, f"tick:{job_scope.job}:{TICK}", outcome["token"])
     assert outcome["result"] == {"transitioned": len(overdue_invoices)}
-    assert_overdue_once(jobs_db, job_scope, overdue_invoices, token=2)
+    assert_overdue_once(jobs_db, job_scope, overdue_invoices, token=outcome["token"])
 
 
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
@@ -156,8 +162,10 @@ def test_a_duplicate_during_a_healthy_run_is_skipped_past_the_first_lease(
 
     ran = outcome_of(replicas, running, "running")
     assert skipped == {"job": job_scope.job, "tick": TICK, "status": "skipped", "reason": "running"}
-    assert ran["status"] == "ran" and ran["token"] == 1 and ran["reclaimed"] is False
-    assert_overdue_once(jobs_db, job_scope, overdue_invoices, token=1)
+    assert ran["status"] == "ran" and ran["reclaimed"] is False
+    state = store.inspect(f"tick:{job_scope.job}:{TICK}")
+    assert state is not None and state.grant_number == 1 and state.token == ran["token"]
+    assert_overdue_once(jobs_db, job_scope, overdue_invoices, token=ran["token"])
 
 
 @pytest.mark.parametrize("store_url", ["redis"], indirect=True)
@@ -178,7 +186,9 @@ def test_a_retry_that_dies_too_is_run_by_the_second_retry(
     last = replay_at(replicas, invocation, "attempt-3", died + RETRY_DELAYS[1])
     outcome = outcome_of(replicas, last, "attempt-3")
 
-    assert outcome["status"] == "ran" and outcome["token"] == 3 and outcome["reclaimed"] is True
+    assert outcome["status"] == "ran" and outcome["reclaimed"] is True
+    state = store.inspect(f"tick:{job_scope.job}:{TICK}")
+    assert state is not None and state.grant_number == 3 and state.token == outcome["token"]
     assert outcome["result"] == {"generated": 3}
     assert data.generated_invoices(jobs_db, job_scope.tenant, schedule) == {
         "periods": ["2026-11-15", "2026-11-22", "2026-11-29"], "activity": 3, "notifications": 3}

@@ -1,6 +1,8 @@
-"""The contract suite runs on every backend, and on PostgreSQL a second time
+"""The contract suite runs on every backend, on PostgreSQL a second time
 through a real transaction-mode PgBouncer (what a deployment behind PgBouncer,
-RDS Proxy or Supavisor gets)."""
+RDS Proxy or Supavisor gets), and on Redis a second time on a real local
+Redis Cluster (3 primaries, 3 replicas: what cluster-mode ElastiCache,
+ElastiCache Serverless and MemoryDB are)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import pytest
 
 from tests.conftest import BACKENDS
 
-CONTRACT_BACKENDS = [*BACKENDS, "postgres_pgbouncer"]
+CONTRACT_BACKENDS = [*BACKENDS, "postgres_pgbouncer", "redis_cluster"]
 
 
 @pytest.fixture(params=CONTRACT_BACKENDS, ids=[b.replace("_", "-") for b in CONTRACT_BACKENDS])

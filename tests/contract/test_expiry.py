@@ -40,7 +40,7 @@ def test_a_kept_record_survives_its_keep_and_its_token_keeps_increasing(
     assert record is not None and "expire_at" not in record
     assert record.get("pttl", -1) == -1  # Redis: no key expiry
     again = store.acquire(unique, ttl=30)
-    assert again is not None and again.token == lease.token + 1
+    assert again is not None and again.token > lease.token
 
 
 def test_a_name_granted_again_after_keep_loses_its_expiry(

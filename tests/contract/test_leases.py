@@ -13,7 +13,7 @@ import onceonly
 def test_acquire_grants_then_contends(store: onceonly.Store, unique: str) -> None:
     lease = store.acquire(unique, ttl=30)
     assert lease is not None
-    assert (lease.name, lease.token) == (unique, 1)
+    assert lease.name == unique and lease.token >= 1
     assert lease.expires_at > time.time() + 20
     assert store.acquire(unique, ttl=30) is None
 
@@ -61,7 +61,7 @@ def test_release_frees_the_name_once(store: onceonly.Store, unique: str) -> None
     with pytest.raises(onceonly.LeaseLostError):
         store.renew(lease)
     again = store.acquire(unique, ttl=30)
-    assert again is not None and again.token == lease.token + 1
+    assert again is not None and again.token > lease.token
 
 
 def test_complete_blocks_until_keep_passes(store: onceonly.Store, unique: str) -> None:
@@ -74,7 +74,7 @@ def test_complete_blocks_until_keep_passes(store: onceonly.Store, unique: str) -
     assert state is not None and state.completed and state.token == lease.token
     time.sleep(0.8)
     later = store.acquire(unique, ttl=30)
-    assert later is not None and later.token == lease.token + 1
+    assert later is not None and later.token > lease.token
 
 
 def test_inspect_unknown_name_is_none(store: onceonly.Store, unique: str) -> None:

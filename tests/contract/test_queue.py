@@ -26,12 +26,14 @@ def test_put_claim_ack(store: onceonly.Store, unique: str) -> None:
 
 def test_future_items_wait_for_their_time(store: onceonly.Store, unique: str) -> None:
     q = store.queue(unique)
-    q.put("later", due_at=time.time() + 0.6)
+    # "later" is due well after the first claim even on a loaded machine.
+    later = time.time() + 3
+    q.put("later", due_at=later)
     q.put("far", due_at=time.time() + 3600)
     q.put("now")
     assert q.depth() == onceonly.QueueDepth(due=1, scheduled=2, in_flight=0)
     assert [c.item_id for c in q.claim(limit=10, lease=30)] == ["now"]
-    time.sleep(0.9)
+    time.sleep(max(0.0, later - time.time()) + 0.3)
     assert [c.item_id for c in q.claim(limit=10, lease=30)] == ["later"]
 
 

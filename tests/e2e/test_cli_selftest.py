@@ -82,7 +82,8 @@ def test_selftest_passes_leaves_nothing_and_guards_other_data(own_store_url: str
     # The user's own data appears: no run without --yes.
     store = onceonly.connect(own_store_url)
     try:
-        assert store.acquire("users-own-job", ttl=60) is not None
+        users_lease = store.acquire("users-own-job", ttl=60)
+        assert users_lease is not None
     finally:
         store.close()
     refused = run_cli("selftest", "--store", own_store_url, *SMALL_RUN)
@@ -94,7 +95,7 @@ def test_selftest_passes_leaves_nothing_and_guards_other_data(own_store_url: str
     store = onceonly.connect(own_store_url)
     try:
         state = store.inspect("users-own-job")
-        assert state is not None and state.token == 1  # untouched
+        assert state is not None and (state.token, state.owner) == (users_lease.token, users_lease.owner)  # untouched
     finally:
         store.close()
 

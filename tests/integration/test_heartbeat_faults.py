@@ -31,7 +31,7 @@ import pytest
 import onceonly
 from onceonly.scheduled import scheduled_time_of, tick_lock_name
 from tests.support.faultproxy import FaultProxy
-from tests.support.faulty_renewals import DEAD, FAIL, Fault, FaultyRenewals, Hang, Slow
+from tests.support.faulty_renewals import DEAD, FAIL, Fault, FaultyRenewals, Hang, LateReply, Slow
 from tests.support.proxied import target_port, through
 
 SCALE = 0.1
@@ -79,7 +79,10 @@ class Duplicates:
 
 @pytest.fixture
 def link(store_url: str) -> Iterator[tuple[str, FaultProxy, onceonly.Store]]:
-    """(the store's URL through a fault proxy, the proxy, a direct store)."""
+    """(the store's URL through a fault proxy, the proxy, a direct store).
+    DynamoDB's assumed clock skew is scaled like the rest (1 s -> 0.1 s)."""
+    if store_url.startswith("dynamodb"):
+        store_url = f"{store_url}&clock_skew={1.0 * SCALE:g}"
     direct = onceonly.connect(store_url)
     direct.setup()
     with FaultProxy(target_port(store_url)) as proxy:
@@ -152,12 +155,18 @@ def test_a_hiccup_shorter_than_the_lease_keeps_it(
         assert all(c.error is None and c.ended - c.started >= 2 * faults[0].seconds for c in scripted)
     assert lost_at == [] and not first[0].lost
     assert duplicates.runs == []
-    assert outcome["status"] == "ran" and outcome["token"] == 1 and outcome["result"] == "done"
+    # the one grant, kept by its renewals: nobody else was granted the tick
+    assert outcome["status"] == "ran" and outcome["token"] == store.grants[0].token and outcome["result"] == "done"
     assert_never_lapsed(store.grants, ended[0])
 
 
-def test_a_dead_link_tells_the_body_before_a_duplicate_takes_the_tick(
-        link: tuple[str, FaultProxy, onceonly.Store], unique: str) -> None:
+def lose_the_link(link: tuple[str, FaultProxy, onceonly.Store], unique: str, faults: Sequence[Fault],
+                  told_within: float) -> tuple[dict[str, Any], FaultyRenewals, list[float], Duplicates]:
+    """The first run, its renewals meeting ``faults`` (the last one DEAD), with
+    duplicates arriving: its body waits to be told it lost the tick, then for
+    a duplicate to take it, then restores the link (so the guard's completion
+    is refused, not timed out). (outcome, its store, when it was told, the
+    duplicates)."""
     url, proxy, direct = link
     first: list[onceonly.Tick] = []
     lost_at: list[float] = []
@@ -165,24 +174,61 @@ def test_a_dead_link_tells_the_body_before_a_duplicate_takes_the_tick(
     def body(tick: onceonly.Tick) -> str:
         tick.on_lost(lambda: lost_at.append(time.time()))
         duplicates.begin()
-        assert tick.wait_lost(2 * TTL), "never told the lease was lost"
+        assert tick.wait_lost(told_within), "never told the lease was lost"
         assert duplicates.ran.wait(2 * TTL), "no duplicate took the tick"
-        proxy.passthrough()  # the link is back: let the guard's completion be refused, not time out
+        proxy.passthrough()
         wait_until_answering(tick)
         return "stale work"
 
     with Duplicates(direct, unique, first) as duplicates:
-        outcome, store = run_first(url, proxy, [DEAD], unique, first, body)
+        outcome, store = run_first(url, proxy, faults, unique, first, body)
+    return outcome, store, lost_at, duplicates
 
-    assert duplicates.runs == [(2, True)], "the duplicate ran before the first run was told"
+
+
+def test_a_dead_link_tells_the_body_before_a_duplicate_takes_the_tick(
+        link: tuple[str, FaultProxy, onceonly.Store], unique: str) -> None:
+    direct = link[2]
+    outcome, store, lost_at, duplicates = lose_the_link(link, unique, [DEAD], told_within=2 * TTL)
     # Told no later than its lease's end, on the store's clock: the last grant
     # it got (the acquire: the first renewal already met the dead link).
     (granted,) = store.grants
+    ((duplicate_token, told_first),) = duplicates.runs
+    assert told_first, "the duplicate ran before the first run was told"
+    assert duplicate_token > granted.token
     assert lost_at and lost_at[0] <= granted.expires_at
     assert all(call.error is not None for call in store.renewals)
-    assert outcome["status"] == "superseded" and outcome["token"] == 1
+    assert outcome["status"] == "superseded" and outcome["token"] == granted.token
     state = direct.inspect(tick_lock_name(unique, scheduled_time_of(EVENT)))
-    assert state is not None and state.token == 2 and state.completed
+    assert state is not None and state.token == duplicate_token and state.completed
+
+
+# Well past the heartbeat's drift allowance (1 % of TTL + 2 ms = 32 ms), well
+# under each driver's reply bound (STORE_TIMEOUT / 2; DynamoDB's read timeout
+# is per chunk).
+LATE_REPLY = 0.3
+
+
+def test_a_renewal_answered_late_then_a_dead_link_is_counted_from_its_send(
+        link: tuple[str, FaultProxy, onceonly.Store], unique: str) -> None:
+    """The first renewal is applied at once but its reply comes LATE_REPLY s
+    later; then the link dies. The lease that renewal gave ends TTL after the
+    store applied it: the body must be told by then. A heartbeat that counted
+    the lease from the reply would tell it about LATE_REPLY s too late, after
+    the duplicate could take the tick; the dead-link case alone leaves it
+    only the 32 ms allowance to be caught in."""
+    outcome, store, lost_at, duplicates = lose_the_link(link, unique, [LateReply(LATE_REPLY), DEAD],
+                                                        told_within=3 * TTL)
+    late, *dead = store.renewals
+    assert late.error is None and late.ended - late.started >= LATE_REPLY, "the late renewal did not succeed late"
+    assert dead and all(call.error is not None for call in dead)
+    acquired, renewed = store.grants
+    assert renewed.expires_at > acquired.expires_at
+    assert lost_at and lost_at[0] <= renewed.expires_at, (
+        f"told {lost_at[0] - renewed.expires_at:.3f} s after the renewed lease ended on the store's clock")
+    ((duplicate_token, told_first),) = duplicates.runs
+    assert told_first, "the duplicate ran before the first run was told"
+    assert outcome["status"] == "superseded" and outcome["token"] == acquired.token < duplicate_token
 
 
 def wait_until_answering(tick: onceonly.Tick) -> None:

@@ -1,10 +1,12 @@
 """Failover-safe fencing tokens on Redis (issue 8, item 5).
 
 Redis replicates asynchronously: a grant the primary acknowledged can be lost
-when a replica is promoted, and the promoted replica then hands out the same
-token again. Here a real primary and replica run on loopback ports with the
-replication link going through a FaultProxy, so the test decides when the
-replica stops receiving writes; the primary is SIGKILLed and the replica
+when a replica is promoted, and the promoted replica then grants the name
+again while its first holder still runs (with a higher token: tokens are
+floored by the server's clock, so even then no token is handed out twice).
+Here a real primary and replica run on loopback ports with the replication
+link going through a FaultProxy, so the test decides when the replica stops
+receiving writes; the primary is SIGKILLed and the replica
 promoted (REPLICAOF NO ONE), as a Sentinel or ElastiCache failover would."""
 
 from __future__ import annotations
@@ -59,14 +61,18 @@ def test_durable_mode_tokens_strictly_increase_across_a_failover(
     (claim_after,) = promoted.queue(unique).claim(limit=1, lease=30)
     handed_leases.append(lease_after.token if lease_after else -1)
     handed_claims.append(claim_after.token)
-    assert handed_leases == [1, 2] and handed_claims == [1, 2]  # every token handed out once, increasing
+    # every token handed out once, increasing (and nothing was handed out during the outage)
+    assert -1 not in handed_leases and handed_leases == sorted(set(handed_leases))
+    assert handed_claims == sorted(set(handed_claims))
     promoted.close()
 
 
-def test_without_wait_a_failover_hands_the_same_token_to_two_holders(
+def test_without_wait_a_failover_grants_twice_with_distinct_tokens(
     cluster: tuple[RedisProcess, RedisProcess, FaultProxy], unique: str
 ) -> None:
-    """The hole durable mode closes, shown: keep it in mind before turning it off."""
+    """The hole durable mode closes, shown: keep it in mind before turning it off.
+    Two holders at once; the clock floor still gives the later one the higher
+    token, so writes fenced with the token keep only the later holder's."""
     primary, replica, link = cluster
     store = onceonly.connect(primary.url)
     first = store.acquire(unique, ttl=30)
@@ -81,8 +87,8 @@ def test_without_wait_a_failover_hands_the_same_token_to_two_holders(
     promoted.close()
 
     assert before_failover is not None and after_failover is not None
-    assert before_failover.token == after_failover.token == 2
-    assert before_failover.owner != after_failover.owner
+    assert before_failover.owner != after_failover.owner  # both granted, both still held
+    assert first.token < before_failover.token < after_failover.token
 
 
 def test_durable_mode_refuses_a_wait_longer_than_the_socket_timeout() -> None:

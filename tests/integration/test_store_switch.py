@@ -82,7 +82,8 @@ def test_a_new_store_loses_no_payment_and_no_retry(
     first = apply_schema(db, old_store, stack=stack_of(STACK)).store_switch
     assert first.action == "first-record" and first.store.kind == "redis"
 
-    # Billing on the old store: three ticks, three poller leases: the cursor's fence is 3.
+    # Billing on the old store: three ticks, three poller leases; the cursor keeps the last one's token
+    # (a count on some stores, floored by the server's clock on Redis: either way far above a new store's 1).
     old_scope = make_scope(db, old_store, moto_endpoint, ses_sender, unique)
     with data.connect(db) as conn:
         data.add_receiving_account(conn, old_scope.tenant, fake_payments.receiver)
@@ -91,7 +92,8 @@ def test_a_new_store_loses_no_payment_and_no_retry(
     for minute in (1, 2, 3):
         assert watcher_tick(replicas, old_scope, minute, pay_env)["status"] == "ran"
     cursor = cursor_name(old_scope.job, fake_payments.receiver)  # the receiving account's feed
-    assert fences(db, cursor) == [3]
+    (old_fence,) = fences(db, cursor)
+    assert old_fence >= 3
 
     # Webhooks on the old store: the first attempt fails, the retry waits in the old store's queue.
     webhook = subscribe(db, receiver, Behaviour(fail_first=1))

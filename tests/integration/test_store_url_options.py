@@ -62,6 +62,6 @@ def test_a_redis_database_path_is_that_database(redis_server_url: str, unique: s
         store.close()
 
 
-@pytest.mark.parametrize("options", ["shards=4&timeout=5", "shards=8"])
+@pytest.mark.parametrize("options", ["shards=4&timeout=5", "shards=8&clock_skew=0.5", "clock_skew=0"])
 def test_accepted_dynamodb_options_connect(dynamodb_url: str, options: str, unique: str) -> None:
     works(with_options(dynamodb_url, options), unique)

@@ -87,6 +87,28 @@ def test_sam_build(tmp_path: Path) -> None:
     bundled = {_dist_name(p.name): p.name[:-len(".dist-info")].rpartition("-")[2] for p in layer.glob("*.dist-info")}
     assert bundled == _locked(), bundled
     assert bundled["boto3"] and bundled["botocore"]
+    assert not (layer / "bin").exists()  # console scripts have no use in a layer
+    _every_module_is_compiled_for_the_runtime(layer)
+
+
+def _every_module_is_compiled_for_the_runtime(layer: Path) -> None:
+    """/opt is read-only on Lambda: a module without its .pyc is compiled on
+    every cold start. Each one has a .pyc for the runtime's Python (this venv
+    is python3.13, like the template's runtime), hash-based and unchecked:
+    the zip keeps file times to 2 s only, which a timestamp check could take
+    for a change."""
+    import importlib.util
+    import sys
+
+    assert sys.version_info[:2] == (3, 13)
+    tag = sys.implementation.cache_tag  # cpython-313
+    sources = list(layer.rglob("*.py"))
+    missing = [p for p in sources if not (p.parent / "__pycache__" / f"{p.stem}.{tag}.pyc").exists()]
+    assert len(sources) > 900 and missing == [], missing[:10]
+    for source in sources[::50]:
+        header = (source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc").read_bytes()[:8]
+        assert header[:4] == importlib.util.MAGIC_NUMBER, source
+        assert int.from_bytes(header[4:8], "little") == 0b01, source  # hash-based, source not checked
 
 
 def _dist_name(name: str) -> str:
@@ -105,7 +127,9 @@ def test_layer_is_python313_and_every_function_uses_it() -> None:
     template = _template()
     layer = template["Resources"]["OnceOnlyLayer"]
     assert layer["Properties"]["ContentUri"] == "shared/"
-    assert layer["Metadata"]["BuildMethod"] == "python3.13"
+    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
+    assert layer["Metadata"]["BuildMethod"] == "makefile"  # shared/Makefile: pip for python3.13, byte-compiled
+    assert "--python-version 3.13" in (REPO / "shared" / "Makefile").read_text()
     assert template["Globals"]["Function"]["Runtime"] == "python3.13"
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
     for function in functions:

@@ -31,7 +31,9 @@ def raw_lease_record(store_url: str, name: str) -> dict[str, Any] | None:
                                ConsistentRead=True).get("Item")
         return None if item is None else {k: next(iter(v.values())) for k, v in item.items()}
     if parts.scheme == "redis":
-        client = redis.Redis.from_url(store_url.split("?", 1)[0], decode_responses=True)
+        cluster = options.get("cluster") == "1"
+        client = (redis.RedisCluster if cluster else redis.Redis).from_url(store_url.split("?", 1)[0],
+                                                                           decode_responses=True)
         try:
             key = f"{options['prefix']}:{{lease:{name}}}"
             record = client.hgetall(key)

@@ -10,6 +10,7 @@ and change, at run time, what the link does to their bytes.
                                        # that reconnects is answered again
         proxy.drop()           # close every connection, and each new one at once
         proxy.delay(0.2)       # forward every chunk 0.2 s late
+        proxy.delay_replies(0.2)  # forward every chunk of a reply 0.2 s late (requests on time)
         proxy.passthrough()    # back to normal; new connections work again
 
 Modes apply to the next chunk read on every connection, existing ones
@@ -61,6 +62,9 @@ class FaultProxy:
 
     def delay(self, seconds: float) -> None:
         self._set("delay", seconds)
+
+    def delay_replies(self, seconds: float) -> None:
+        self._set("delay_replies", seconds)
 
     def drop(self) -> None:
         self._set("drop")
@@ -131,7 +135,7 @@ class FaultProxy:
                 return
             if self._swallows(upstream, dst):
                 continue
-            if self._mode == "delay":
+            if self._mode == "delay" or (self._mode == "delay_replies" and not upstream):
                 time.sleep(self._delay)
             try:
                 dst.sendall(data)

@@ -7,6 +7,9 @@ Faults (one per renewal, in order; renewals after the script are clean):
 
 - ``FAIL``: every connection is dropped (RST) while the renewal runs;
 - ``Slow(s)``: every chunk is forwarded ``s`` seconds late (request and reply);
+- ``LateReply(s)``: the request goes through at once, every chunk of the reply
+  ``s`` seconds late: the store applied the renewal long before the caller
+  hears of it;
 - ``Hang(t)``: a black hole, and the renewal returns only after ``t`` seconds,
   the store's whole ``timeout`` (its own reply bound is half of it: this is a
   connect that hangs too, the worst the bound allows);
@@ -35,13 +38,18 @@ class Slow:
 
 
 @dataclass(frozen=True)
+class LateReply:
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Hang:
     seconds: float
 
 
 FAIL = "fail"
 DEAD = "dead"
-Fault = str | Slow | Hang
+Fault = str | Slow | LateReply | Hang
 
 
 @dataclass
@@ -91,10 +99,16 @@ class FaultyRenewals:
             self._proxy.drop()
         elif isinstance(fault, Slow):
             self._proxy.delay(fault.seconds)
+        elif isinstance(fault, LateReply):
+            self._proxy.delay_replies(fault.seconds)
         elif isinstance(fault, Hang) or fault == DEAD:
             self._proxy.blackhole()
 
     # -- the rest of the Store protocol, passed through -------------------------
+    @property
+    def clock_skew(self) -> float:
+        return float(getattr(self._store, "clock_skew", 0.0))
+
     def setup(self) -> None:
         self._store.setup()
 

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import onceonly
 from onceonly.heartbeat import Heartbeat, LeaseClock
 
@@ -133,3 +135,14 @@ def test_the_lease_end_counts_from_before_the_request_less_the_drift_allowance()
     assert clock.ends_at == 100.0 + 30.0 - (0.3 + 0.002)
     clock.renewed(110.0, 30.0)
     assert clock.ends_at == 110.0 + 30.0 - 0.302
+
+
+def test_the_lease_clock_takes_the_assumed_skew_off_every_end() -> None:
+    """A store whose clients' clocks decide expiry (DynamoDB): the holder
+    counts its lease as ended ``skew`` early, after the grant and after each
+    renewal, on top of the drift allowance."""
+    clock = LeaseClock(100.0, 30.0, skew=1.0)
+    assert clock.ends_at == pytest.approx(100.0 + 30.0 - (0.3 + 0.002) - 1.0)
+    clock.renewed(110.0, 30.0)
+    assert clock.ends_at == pytest.approx(110.0 + 30.0 - (0.3 + 0.002) - 1.0)
+    assert LeaseClock(100.0, 30.0).ends_at == pytest.approx(100.0 + 30.0 - 0.302)

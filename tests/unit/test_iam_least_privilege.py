@@ -177,17 +177,24 @@ def own_log_group_statement(template: dict[str, Any], function: str) -> dict[str
 
 
 # Calls a function makes now that it did not make when SAM generated its role:
-# the schema step reads and grants the store's identity marker, and re-queues
-# deliveries after a change of store (docs/deploy.md, section 3).
+# the schema step reads and grants the store's identity marker and re-queues
+# deliveries after a change of store (docs/deploy.md, section 3), reads the
+# retry queue's depth and sends the stale alarms' first samples (alarm_clocks.py).
 CALLS_SINCE = {"SchemaMigrationFunctionRole": ["dynamodb:GetItem", "dynamodb:UpdateItem"]}
+STATEMENTS_SINCE = {"SchemaMigrationFunctionRole": [
+    {"Effect": "Allow", "Action": "dynamodb:Query",
+     "Resource": {"Fn::Sub": "${CoordinationTable.Arn}/index/due"}},
+    {"Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",
+     "Condition": {"StringEquals": {"cloudwatch:namespace": "onceonly"}}},
+]}
 
 
 def with_calls_since(role: str, statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The role's statements as SAM generated them, its DynamoDB statement
-    widened by CALLS_SINCE (nothing else, no other resource)."""
+    widened by CALLS_SINCE, and STATEMENTS_SINCE (nothing else)."""
     added = CALLS_SINCE.get(role, [])
     return [{**s, "Action": [*s["Action"], *added]} if added and str(s.get("Action", [""])[0]).startswith("dynamodb:")
-            else s for s in statements]
+            else s for s in statements] + STATEMENTS_SINCE.get(role, [])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

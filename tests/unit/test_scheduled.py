@@ -18,6 +18,17 @@ import pytest
 import onceonly
 from onceonly.scheduled import scheduled_time_of, tick_lock_name
 from onceonly.stores._common import MAX_NAME_BYTES
+from tests.conftest import BACKENDS
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Every store; DynamoDB with ``clock_skew=0``: every process here shares
+    this machine's clock, and the leases below are shorter than the default
+    assumed skew (1 s), which the guard would refuse."""
+    url = str(request.getfixturevalue(f"{request.param}_url"))
+    return f"{url}&clock_skew=0" if url.startswith("dynamodb") else url
+
 
 EVENT = json.loads((Path(__file__).resolve().parents[2] / "events" / "overdue_invoices.json").read_text())
 
@@ -56,7 +67,7 @@ def test_one_run_per_tick_and_later_duplicates_are_skipped(store: onceonly.Store
     again = handler(event_at("2026-11-29T02:00:00Z", "delivery-b"), None)
     next_tick = handler(event_at("2026-11-30T02:00:00Z", "delivery-c"), None)
 
-    assert first["status"] == "ran" and first["result"] == {"runs": 1} and first["token"] == 1
+    assert first["status"] == "ran" and first["result"] == {"runs": 1} and first["token"] == body.ticks[0].token
     assert again == {"job": unique, "tick": "2026-11-29T02:00:00Z", "status": "skipped",
                      "reason": "completed"}
     assert next_tick["status"] == "ran" and next_tick["tick"] == "2026-11-30T02:00:00Z"
@@ -95,7 +106,7 @@ def test_failure_releases_the_tick_and_a_retry_runs(store: onceonly.Store, uniqu
         handler(event_at("2026-11-29T02:00:00Z"), None)
     retry = handler(event_at("2026-11-29T02:00:00Z"), None)  # no lease wait: it was released
     assert retry["status"] == "ran" and retry["result"] == "ok"
-    assert [t.token for t in calls] == [1, 2]
+    assert [t.lease.grant_number for t in calls] == [1, 2] and calls[0].token < calls[1].token
     assert calls[1].reclaimed
 
 
@@ -112,7 +123,8 @@ def test_crashed_run_is_taken_over_after_its_lease_expires(store: onceonly.Store
     taken_over = handler(event, None)
 
     assert taken_over["status"] == "ran" and taken_over["reclaimed"] is True
-    assert [t.token for t in body.ticks] == [crashed.token + 1]
+    assert [t.lease.grant_number for t in body.ticks] == [crashed.grant_number + 1]
+    assert body.ticks[0].token > crashed.token
 
 
 def take_over(tick: onceonly.Tick) -> onceonly.Lease:
@@ -120,18 +132,23 @@ def take_over(tick: onceonly.Tick) -> onceonly.Lease:
     paused past its lease (here: the record is released behind its back)."""
     assert tick.store.release(tick.lease)
     newer = tick.store.acquire(tick.lock_name, ttl=30)
-    assert newer is not None and newer.token == tick.token + 1
+    assert newer is not None and newer.token > tick.token
+    assert newer.grant_number == tick.lease.grant_number + 1
     return newer
 
 
 def test_lost_lease_means_superseded_not_error(store: onceonly.Store, unique: str) -> None:
+    ticks: list[onceonly.Tick] = []
+
     def body(event: Any, context: Any, tick: onceonly.Tick) -> None:
+        ticks.append(tick)
         take_over(tick)
         tick.renew()  # raises LeaseLostError
 
     handler = onceonly.scheduled(store, job=unique, ttl=30)(body)
     outcome = handler(event_at("2026-11-29T02:00:00Z"), None)
-    assert outcome["status"] == "superseded" and outcome["token"] == 1
+    assert outcome["status"] == "superseded" and outcome["token"] == ticks[0].token
+    assert ticks[0].lease.grant_number == 1
 
 
 def test_losing_another_lease_releases_the_tick(store: onceonly.Store, unique: str) -> None:
@@ -142,7 +159,7 @@ def test_losing_another_lease_releases_the_tick(store: onceonly.Store, unique: s
     outcome = handler(event_at("2026-11-29T02:00:00Z"), None)
     assert outcome["status"] == "superseded"
     retry = store.acquire(tick_lock_name(unique, scheduled_time_of(event_at("2026-11-29T02:00:00Z"))), ttl=30)
-    assert retry is not None and retry.token == 2  # released, not left held until expiry
+    assert retry is not None and retry.grant_number == 2  # released, not left held until expiry
 
 
 def test_renew_keeps_the_tick_past_its_first_ttl(store: onceonly.Store, unique: str) -> None:
@@ -150,10 +167,11 @@ def test_renew_keeps_the_tick_past_its_first_ttl(store: onceonly.Store, unique: 
 
     def body(event: Any, context: Any, tick: onceonly.Tick) -> None:
         tick.renew(30)
-        time.sleep(0.7)  # past the first 0.4 s lease; renewed, so still ours
+        time.sleep(1.5)  # past the first 1 s lease; renewed, so still ours
         seen.append(handler(event_at(event["time"], "dup"), None))
 
-    handler = onceonly.scheduled(store, job=unique, ttl=0.4)(body)
+    # 1 s: the renewal must reach a loaded store before the first lease ends.
+    handler = onceonly.scheduled(store, job=unique, ttl=1.0)(body)
     assert handler(event_at("2026-11-29T02:00:00Z"), None)["status"] == "ran"
     assert seen[0]["reason"] == "running"
 
@@ -184,7 +202,7 @@ def test_heartbeat_keeps_a_running_tick_past_its_ttl(store: onceonly.Store, uniq
     handler = onceonly.scheduled(store, job=unique, ttl=1.0, heartbeat=0.1)(body)
     outcome = handler(event_at("2026-11-29T02:00:00Z"), None)
 
-    assert outcome["status"] == "ran" and outcome["token"] == 1
+    assert outcome["status"] == "ran" and outcome["reclaimed"] is False  # one grant, kept by renewals
     assert [d.get("reason") for d in seen] == ["running"]
     assert heartbeat_threads() == []  # stopped with the body
 
@@ -221,10 +239,11 @@ def test_heartbeat_that_finds_the_tick_taken_over_stops_and_the_run_is_supersede
     handler = onceonly.scheduled(store, job=unique, ttl=0.6, heartbeat=0.05, metrics=metrics)(body)
     outcome = handler(event_at("2026-11-29T02:00:00Z"), None)
 
-    assert outcome["status"] == "superseded" and outcome["token"] == 1
+    assert outcome["status"] == "superseded" and outcome["token"] < newer[0].token
     assert metrics.names == ["ticks_superseded"]
     state = store.inspect(newer[0].name)
-    assert state is not None and state.token == 2 and state.owner == newer[0].owner and not state.completed
+    assert state is not None and state.token == newer[0].token and state.grant_number == 2
+    assert state.owner == newer[0].owner and not state.completed
 
 
 def test_a_lost_tick_wakes_wait_lost_and_runs_every_on_lost_callback_once(

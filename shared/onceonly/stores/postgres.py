@@ -52,6 +52,8 @@ class PostgresStore:
     (autocommit connections) or build one with :meth:`from_url`."""
 
     kind = "postgresql"
+    # Expiry is decided by the server's clock: no skew between clients to allow for.
+    clock_skew = 0.0
 
     def __init__(self, pool: psycopg_pool.ConnectionPool[Any], *, owns_pool: bool = False) -> None:
         self._pool = pool

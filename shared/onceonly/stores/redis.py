@@ -33,10 +33,16 @@ Durable mode (``?wait_replicas=N&wait_timeout_ms=M``): every writing script is
 followed on the same connection by ``WAIT N M``; when fewer than N replicas
 acknowledged, the call raises StoreUnavailableError and its result (a grant, an
 ack) is not handed out. See docs/coordination.md, "Failover".
+
+A Redis Cluster (``?cluster=1``, or a ``RedisCluster`` client) is reached through
+``redis_cluster.py``: each call goes to the primary that owns its one slot, and
+redirects are followed only where the reply proves nothing ran. Building the
+client from a URL (cluster, TLS, database number rules) is ``redis_endpoint.py``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -44,12 +50,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.cluster import RedisCluster
 
 from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
 from ..errors import ConfigError, LeaseLostError, StoreUnavailableError
 from . import _common as common
+from .redis_cluster import ClusterNodes
+from .redis_endpoint import CLUSTER_OPTION, nodes_from_url
+from .redis_nodes import Nodes, OneNode
 from .redis_url import split_url
 from .timeouts import TIMEOUT_OPTION, timeout_from
 
@@ -57,7 +65,7 @@ DEFAULT_PREFIX = "onceonly"
 DEFAULT_WAIT_TIMEOUT_MS = 1000
 ALLOW_EVICTION_OPTION = "allow_eviction"
 # URL options onceonly reads itself; the rest go to redis-py.
-STORE_OPTIONS = ("prefix", TIMEOUT_OPTION, "wait_replicas", "wait_timeout_ms", ALLOW_EVICTION_OPTION)
+STORE_OPTIONS = ("prefix", TIMEOUT_OPTION, "wait_replicas", "wait_timeout_ms", ALLOW_EVICTION_OPTION, CLUSTER_OPTION)
 # The only maxmemory-policy under which Redis never deletes a key to make room:
 # under volatile-* a completed tick (its record has an expiry) goes first, under
 # allkeys-* leases and queue items too. A full server then refuses writes
@@ -91,6 +99,11 @@ def script_source(name: str, *, guarded: bool) -> str:
     return (EVICTION_GUARD if guarded else "") + SCRIPT_SOURCES[name]
 
 
+def _sha(source: str) -> str:
+    """The SHA1 that EVALSHA names a script by (what register_script computes)."""
+    return hashlib.sha1(source.encode("utf-8")).hexdigest()
+
+
 @contextmanager
 def _translated(what: str) -> Iterator[None]:
     """Driver errors -> onceonly errors, with the cause kept."""
@@ -102,14 +115,13 @@ def _translated(what: str) -> Iterator[None]:
         raise StoreUnavailableError(f"Redis store error during {what}: {exc}") from exc
 
 
-def _check_wait(client: redis.Redis, replicas: int, timeout_ms: int) -> tuple[int, int]:
+def _check_wait(socket_timeout: float | None, replicas: int, timeout_ms: int) -> tuple[int, int]:
     """(replicas, timeout ms) for WAIT in durable mode (0 replicas: off). The
     WAIT reply must come back before the client's socket timeout gives up on it."""
     if replicas < 0 or timeout_ms < 1:
         raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got {replicas}, {timeout_ms}")
     if replicas == 0:
         return replicas, timeout_ms
-    socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
     if socket_timeout is not None and timeout_ms >= socket_timeout * 1000:
         raise ConfigError(
             f"redis option wait_timeout_ms ({timeout_ms}) must be shorter than the socket timeout"
@@ -191,26 +203,34 @@ class RedisStore:
     that risk."""
 
     kind = "redis"
+    # Expiry is decided by the server's clock: no skew between clients to allow for.
+    clock_skew = 0.0
 
     def __init__(
-        self, client: redis.Redis, prefix: str = DEFAULT_PREFIX, *, owns_client: bool = False,
-        wait_replicas: int = 0, wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS, allow_eviction: bool = False,
+        self, client: redis.Redis | RedisCluster | Nodes, prefix: str = DEFAULT_PREFIX, *,
+        owns_client: bool = False, wait_replicas: int = 0, wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+        allow_eviction: bool = False,
     ) -> None:
-        if not isinstance(getattr(client, "connection_pool", None), redis.ConnectionPool):
-            raise ConfigError(f"RedisStore needs a redis.Redis client with a connection pool, got {client!r}")
-        self._client = client
+        if isinstance(client, RedisCluster):
+            timeout = client.nodes_manager.connection_kwargs.get("socket_timeout")
+            self._nodes: Nodes = ClusterNodes(lambda: client, timeout, budget=2 * (timeout or 5.0))
+        elif isinstance(client, (OneNode, ClusterNodes)):
+            self._nodes = client
+        else:  # a redis.Redis; anything else is refused there
+            self._nodes = OneNode(client)  # type: ignore[arg-type]
+        # the one node's client, for tools that look at its pool
+        self._client: redis.Redis | None = self._nodes.client if isinstance(self._nodes, OneNode) else None
         self._prefix = common.check_name(prefix, "prefix")
         self._owns_client = owns_client
         # The policy is read inside every writing script (script_source); setup()
         # reads it too, to report a bad one before any call.
         self._allow_eviction = common.check_flag(allow_eviction, "allow_eviction")
-        self._wait_replicas, self._wait_timeout_ms = _check_wait(client, wait_replicas, wait_timeout_ms)
-        # register_script only hashes the source; the script is loaded on first
-        # use (EVALSHA, then SCRIPT LOAD if the server does not know it).
-        self._scripts: dict[str, Script] = {
-            name: client.register_script(script_source(name, guarded=not self._allow_eviction))
-            for name in SCRIPT_NAMES
-        }
+        self._wait_replicas, self._wait_timeout_ms = _check_wait(
+            self._nodes.socket_timeout, wait_replicas, wait_timeout_ms)
+        # The sources as sent, and their hashes: a script is loaded on first use
+        # (EVALSHA, then SCRIPT LOAD on the node that does not know it).
+        self._sources = {name: script_source(name, guarded=not self._allow_eviction) for name in SCRIPT_NAMES}
+        self._shas: dict[str, str] = {name: _sha(source) for name, source in self._sources.items()}
 
     @classmethod
     def from_url(cls, url: str) -> RedisStore:
@@ -229,35 +249,29 @@ class RedisStore:
         wait_replicas = _whole_number(options, "wait_replicas", 0, 0)
         wait_timeout_ms = _whole_number(options, "wait_timeout_ms", DEFAULT_WAIT_TIMEOUT_MS, 1)
         allow_eviction = _flag(options, ALLOW_EVICTION_OPTION)
-        try:
-            client = redis.Redis.from_url(driver_url, socket_connect_timeout=half, socket_timeout=half)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"malformed Redis URL: {exc}") from exc
-        return cls(client, prefix, owns_client=True, wait_replicas=wait_replicas,
+        nodes = nodes_from_url(driver_url, cluster=_flag(options, CLUSTER_OPTION), half_timeout=half)
+        return cls(nodes, prefix, owns_client=True, wait_replicas=wait_replicas,
                    wait_timeout_ms=wait_timeout_ms, allow_eviction=allow_eviction)
 
     def _check_eviction(self) -> None:
         """Refuse a server that may evict keys (ConfigError), before any work."""
         with _translated("the maxmemory-policy check"):
             try:
-                policy = _text(self._client.info("memory").get("maxmemory_policy"))
+                policies = [_text(info.get("maxmemory_policy")) for info in self._nodes.memory_infos()]
             except redis.ResponseError as exc:  # INFO renamed or disabled: nothing else tells
                 raise _eviction_refused(f"could not be read ({exc})") from exc
-        if policy != SAFE_EVICTION_POLICY:
-            raise _eviction_refused(f"is {policy!r}" if policy else "is not in INFO memory")
+        for policy in policies:  # on a cluster, every primary's
+            if policy != SAFE_EVICTION_POLICY:
+                raise _eviction_refused(f"is {policy!r}" if policy else "is not in INFO memory")
 
     def _run(self, what: str, keys: Sequence[str], args: Sequence[str | int] = ()) -> Any:
-        script = self._scripts[what]
-        evalsha = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        evalsha = ("EVALSHA", self._shas[what], len(keys), *keys, *args)
         durable = self._wait_replicas > 0 and what not in READ_ONLY_SCRIPTS
         commands = [evalsha, ("WAIT", self._wait_replicas, self._wait_timeout_ms)] if durable else [evalsha]
         with _translated(what):
-            replies = self._send_once(commands)
-            if isinstance(replies[0], NoScriptError):
-                # The server does not know the script, so it did not run: load
-                # it (idempotent) and send the call again, once.
-                self._client.script_load(script.script)
-                replies = self._send_once(commands)
+            # Sent once; sent again only where the reply proves it did not run
+            # (NOSCRIPT; on a cluster, redirects): see redis_nodes.py.
+            replies = self._nodes.run(keys[0], commands, self._sources[what])
             result = replies[0]
             if isinstance(result, redis.ResponseError) and str(result).startswith(EVICTION_REFUSED):
                 policy = str(result)[len(EVICTION_REFUSED):]
@@ -268,28 +282,6 @@ class RedisStore:
             if durable:
                 self._check_replicas(what, replies[1])
             return result
-
-    def _send_once(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Send ``commands`` on one connection borrowed from the client's pool and
-        read one reply each (an error reply comes back as its exception). Never
-        resends: this bypasses redis-py's retry policy on purpose (module
-        docstring). A connection that failed mid-way is closed, not reused."""
-        pool = self._client.connection_pool
-        conn = pool.get_connection()
-        try:
-            conn.send_packed_command(conn.pack_commands(commands))
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(conn.read_response())
-                except redis.ResponseError as exc:
-                    replies.append(exc)
-        except BaseException:
-            conn.disconnect()
-            raise
-        finally:
-            pool.release(conn)
-        return replies
 
     def _check_replicas(self, what: str, acked: Any) -> None:
         if isinstance(acked, Exception):
@@ -313,11 +305,11 @@ class RedisStore:
             self._check_eviction()  # a round trip too: the server answers
             return
         with _translated("setup"):
-            self._client.ping()
+            self._nodes.ping()
 
     def close(self) -> None:
         if self._owns_client:
-            self._client.close()
+            self._nodes.close()
 
     # -- leases -------------------------------------------------------------
     def acquire(self, name: str, ttl: float = 30.0) -> Lease | None:
@@ -327,8 +319,8 @@ class RedisStore:
         granted = self._run("acquire", [key], [owner, ttl_ms])
         if granted is None:
             return None
-        token, expires_ms = granted
-        return Lease(name=name, owner=owner, token=int(token), expires_at=_seconds(expires_ms))
+        token, expires_ms, grants = granted
+        return Lease(name=name, owner=owner, token=int(token), expires_at=_seconds(expires_ms), grants=int(grants))
 
     def renew(self, lease: Lease, ttl: float = 30.0) -> Lease:
         lease = common.check_lease(lease)
@@ -336,7 +328,8 @@ class RedisStore:
         expires_ms = self._run("renew", [self._lease_key(lease.name)], [lease.owner, lease.token, ttl_ms])
         if expires_ms is None:
             raise LeaseLostError(f"lease {lease.name!r} token {lease.token} is no longer held")
-        return Lease(name=lease.name, owner=lease.owner, token=lease.token, expires_at=_seconds(expires_ms))
+        return Lease(name=lease.name, owner=lease.owner, token=lease.token, expires_at=_seconds(expires_ms),
+                     grants=lease.grants)
 
     def release(self, lease: Lease) -> bool:
         lease = common.check_lease(lease)
@@ -352,9 +345,9 @@ class RedisStore:
         record = self._run("inspect", [self._lease_key(common.check_name(name))])
         if record is None:
             return None
-        owner, token, busy_until_ms, completed = record
+        owner, token, busy_until_ms, completed, grants = record
         return LeaseState(name=name, owner=_text(owner), token=int(token),
-                          busy_until=_seconds(busy_until_ms), completed=bool(completed))
+                          busy_until=_seconds(busy_until_ms), completed=bool(completed), grants=int(grants))
 
     def queue(self, name: str) -> RedisQueue:
         return RedisQueue(self, common.check_name(name, "queue name"))

@@ -18,7 +18,7 @@
 -- in the same step as the delete, and the read and the move of a claim run as
 -- one step. An item's score is its due time while waiting and HELD + its lease
 -- expiry while held, so a crashed holder's item comes back by itself with no
--- reaper. Nothing due costs two ZRANGEBYSCOREs.
+-- reaper. A grant's token is floored by the server's clock (next_token). Nothing due costs two ZRANGEBYSCOREs.
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local expires_at = now + tonumber(ARGV[3])
@@ -63,7 +63,7 @@ for i, id in ipairs(ids) do
         token, attempt, _, at = read_record(records[i])
     end
     if token then
-        local granted = record(token + 1, attempt + 1, ARGV[1], string.sub(records[i], at))
+        local granted = record(next_token(token, now), attempt + 1, ARGV[1], string.sub(records[i], at))
         fields[#fields + 1] = id
         fields[#fields + 1] = granted
         scores[#scores + 1] = HELD + expires_at

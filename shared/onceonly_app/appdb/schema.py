@@ -36,6 +36,7 @@ class SchemaReport:
     store_kind: str
     schema_version: str  # the newest migration the database now has
     store_switch: SwitchReport  # what the store's identity check did (unchanged, or the repair)
+    retry_queue_depth: int  # the webhook retry queue's items, after the step
 
 
 def apply_schema(database_url: str, store_url: str, deadline: Deadline | None = None, *,
@@ -64,9 +65,10 @@ def apply_schema(database_url: str, store_url: str, deadline: Deadline | None = 
         store.setup()
         identity = identify(store, store_url)
         applied = migrate(database_url, deadline, then=check_store)
+        depth = store.queue(webhooks.queue_name).depth().total
     finally:
         store.close()
-    return SchemaReport(applied, identity.kind, latest_migration(), switch[0])
+    return SchemaReport(applied, identity.kind, latest_migration(), switch[0], depth)
 
 
 def missing_schema(exc: BaseException) -> BaseException | None:

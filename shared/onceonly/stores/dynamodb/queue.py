@@ -111,7 +111,10 @@ class DynamoDBQueue:
             write["ConditionExpression"] = ITEM_IS_ABSENT
             write["ExpressionAttributeNames"] = names(ITEM_IS_ABSENT, PUT_ITEM)
             writes.append(("update_item", write))
-        applied = write_all(self._table, self._table.start("put_if_absent"), writes, PUT_IF_ABSENT_UNFINISHED)
+        # A deadline per batch, as put_many: subscriptions.enable() puts all of
+        # a subscription's held deliveries in one call.
+        applied = write_all(self._table, self._table.start("put_if_absent"), writes, PUT_IF_ABSENT_UNFINISHED,
+                            deadline_per_batch=True)
         done = {put.item_id for put, put_now in zip(puts, applied, strict=True) if put_now}
         return common.absent_results(len(checked), puts, kept, done)
 

@@ -22,8 +22,15 @@ from .queue import DynamoDBQueue
 from .table import MAX_CONCURRENT_WRITES, Table
 
 DEFAULT_SHARDS = 8
+# How far apart the clocks of the store's clients are assumed to be (seconds):
+# docs/coordination.md, "Clocks and skew". A holder counts its lease as ended
+# this much early (onceonly.heartbeat), since a contender whose clock runs
+# ahead by it sees the lease end that much early.
+DEFAULT_CLOCK_SKEW = 1.0
+MAX_CLOCK_SKEW = 60.0
 MAX_SHARDS = 64  # claim and depth walk every shard: more would cost too many queries
-URL_OPTIONS = ("region", "endpoint_url", "shards", TIMEOUT_OPTION)
+CLOCK_SKEW_OPTION = "clock_skew"
+URL_OPTIONS = ("region", "endpoint_url", "shards", CLOCK_SKEW_OPTION, TIMEOUT_OPTION)
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 
 
@@ -35,6 +42,17 @@ def _check_shards(value: object) -> int:
     if shards is None or not 1 <= shards <= MAX_SHARDS:
         raise ConfigError(f"dynamodb option shards must be an integer from 1 to {MAX_SHARDS}, got {value!r}")
     return shards
+
+
+def _check_clock_skew(value: object) -> float:
+    try:
+        skew = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+    except ValueError:
+        skew = None
+    if skew is None or not 0 <= skew <= MAX_CLOCK_SKEW:
+        raise ConfigError(f"dynamodb option {CLOCK_SKEW_OPTION} must be seconds from 0 to {MAX_CLOCK_SKEW:g},"
+                          f" got {value!r}")
+    return skew
 
 
 def _check_table(table: object) -> str:
@@ -78,10 +96,14 @@ class DynamoDBStore(Leases):
     def __init__(
         self, client: Any, table: str, shards: int = DEFAULT_SHARDS, *, owns_client: bool = False,
         clock: Callable[[], float] = time.time, timeout: float = DEFAULT_TIMEOUT,
+        clock_skew: float = DEFAULT_CLOCK_SKEW,
     ) -> None:
         self._client = client
         # Every "now" of this store (DynamoDB has no server clock): epoch seconds.
         self.clock = clock
+        # How far apart the clients' clocks may be: a heartbeat counts its
+        # lease as ended this much early (onceonly.heartbeat).
+        self.clock_skew = _check_clock_skew(clock_skew)
         self.table = _check_table(table)
         self.shards = _check_shards(shards)
         self.timeout = common.check_seconds(timeout, "timeout")
@@ -91,7 +113,7 @@ class DynamoDBStore(Leases):
     def from_url(
         cls, table: str, options: Mapping[str, str], *, clock: Callable[[], float] = time.time
     ) -> DynamoDBStore:
-        """Build the store for ``dynamodb://TABLE?region=…&endpoint_url=…&shards=8&timeout=10``;
+        """Build the store for ``dynamodb://TABLE?region=…&endpoint_url=…&shards=8&timeout=10&clock_skew=1``;
         ``options`` are the URL's query parameters; ``timeout`` (seconds) bounds
         each call, however many requests it sends. Raises ConfigError for an
         unknown or bad option, or when no region is given or configured."""
@@ -107,6 +129,7 @@ class DynamoDBStore(Leases):
         if endpoint_url is not None:
             endpoint_url = _check_endpoint(endpoint_url)
         shards = _check_shards(options.get("shards", DEFAULT_SHARDS))
+        clock_skew = _check_clock_skew(options.get(CLOCK_SKEW_OPTION, DEFAULT_CLOCK_SKEW))
         table = _check_table(table)
         timeout = timeout_from(options)
         try:
@@ -119,7 +142,7 @@ class DynamoDBStore(Leases):
             ) from exc
         except BotoCoreError as exc:
             raise ConfigError(f"dynamodb option region or endpoint_url refused by botocore: {exc}") from exc
-        return cls(client, table, shards, owns_client=True, clock=clock, timeout=timeout)
+        return cls(client, table, shards, owns_client=True, clock=clock, timeout=timeout, clock_skew=clock_skew)
 
     def setup(self) -> None:
         """Create the table and its ``due`` GSI if missing, wait until they are
