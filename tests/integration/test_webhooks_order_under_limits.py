@@ -18,7 +18,7 @@ from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_limits import slot_name
 from onceonly_cli.receiver import WebhookReceiver
-from tests.support.held_deliveries import LOCAL, new_tenant
+from tests.support.held_deliveries import LOCAL, held_subscription, new_tenant
 from tests.support.webhooks import context, deliveries, drive_retries, lambda_env, new_id, sqs_event, webhook_env
 
 pytest_plugins = ("tests.support.webhook_fixtures",)
@@ -88,3 +88,19 @@ def test_a_lane_held_back_by_the_in_flight_cap_keeps_its_order(
     arrived = [r.webhook_id for r in receiver.history() if r.accepted]
     assert arrived == expected  # in event order, none overtaken
     assert {(r["status"], r["attempts"]) for r in deliveries(webhook_db, expected).values()} == {("succeeded", 1)}
+
+
+def test_enable_releases_a_backlog_into_a_rate_limited_subscription_in_order(
+    webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver
+) -> None:
+    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), WEBHOOK_MAX_IN_FLIGHT="1",
+                      WEBHOOK_CLAIM_BATCH="2")
+    with psycopg.connect(webhook_db, autocommit=True) as conn:
+        webhook_id, _ = held_subscription(conn, env, receiver, EVENTS, max_in_flight=1000, rate_per_second=RATE)
+        released = subscriptions.enable(conn, store.queue(env["WEBHOOK_QUEUE"]), webhook_id).released
+    assert len(released) == EVENTS
+    with lambda_env(env) as (_, retry):
+        drive_retries(retry, lambda: len(receiver.successes()) == EVENTS, timeout=30)
+    assert [r.webhook_id for r in receiver.history() if r.accepted] == released  # in event order
+    rows = deliveries(webhook_db, released)
+    assert sum(r["deferrals"] for r in rows.values()) > 0  # the rate really held some back
