@@ -10,9 +10,8 @@ outcome does to the delivery record and the due queue.
 - Every attempt is counted when it starts (start_attempt), so a delivery whose
   attempts crash the worker still runs out of attempts and dead-letters; one
   claim that fails does not stop the run, only an unavailable store does.
-- Every attempt has a deadline (attempt_budget) for its DNS lookup, and one for
-  its whole request, which starts once the endpoint's limits admitted it; it is
-  only started when the invocation has that much time left.
+- Every attempt has one deadline (attempt_budget) for its DNS lookup and its
+  whole request, and is only started when the invocation has that much time left.
 - The claims of one batch are attempted concurrently (max_in_flight at once,
   lanes.py), each with its own fence, outcome and report.
 """
@@ -406,9 +405,9 @@ class WebhookService:
         if not subscription.enabled:
             # Kept, not attempted: enabling the subscription delivers it (no event is lost).
             return Outcome("disabled", "held", None, HELD_ERROR, None)
-        lookup = Budget.after(self.config.attempt_budget)  # the DNS lookup's deadline
+        deadline = Budget.after(self.config.attempt_budget)  # one for the DNS lookup and the whole request
         try:
-            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, lookup)
+            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
         except UnsafeTargetError as exc:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
@@ -418,9 +417,6 @@ class WebhookService:
             return self._failure(SendResult(None, f"URL cannot be sent: {exc}"), delivery.attempt)
         with self._admitted(subscription) as admission:
             if admission:
-                # The request's own deadline starts once it is admitted: the wait for
-                # the endpoint's limits never eats into the receiver's time.
-                deadline = Budget.after(self.config.attempt_budget)
                 result = self._send(delivery, target, deadline)
         if not admission:
             assert self.gate is not None
