@@ -3,8 +3,9 @@ read the secret, disable, enable, delete, recover or replay a webhook
 subscription, list its attempts, or set a tenant's operational contact,
 without SQL (onceonly_app.webhooks.subscriptions, recovery, attempts and
 endpoint_health do the work and record who changed what; this is the
-wiring). One function per action in ACTIONS: a new action is a new entry. Each returns a Done: its data (what --json prints) and its text
-(what the terminal shows, with rich)."""
+wiring). One function per action in ACTIONS: a new action is a new entry.
+Each returns a Done: its data (what --json prints) and its text (what the
+terminal shows, with rich)."""
 
 from __future__ import annotations
 
