@@ -22,6 +22,7 @@ import onceonly
 from onceonly_app.appdb.schema import apply_schema
 from onceonly_app.appdb.store_identity import MARKER, identify, location
 from onceonly_app.appdb.store_switch import StackConflictError, stack_of
+from onceonly_app.billing.payment_watcher import cursor_name
 from onceonly_cli.fake_payments import FakePayments
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import run_workers
@@ -94,7 +95,8 @@ def test_a_new_store_loses_no_payment_and_no_retry(
     pay_env = payments_env(fake_payments, sqs_queue)
     for minute in (1, 2, 3):
         assert watcher_tick(replicas, old_scope, minute, pay_env)["status"] == "ran"
-    (old_fence,) = fences(db, old_scope.job)
+    cursor = cursor_name(old_scope.job, fake_payments.receiver)  # the receiving account's feed
+    (old_fence,) = fences(db, cursor)
     assert old_fence >= 3
 
     # Webhooks on the old store: the first attempt fails, the retry waits in the old store's queue.
@@ -108,7 +110,7 @@ def test_a_new_store_loses_no_payment_and_no_retry(
     switched = apply_schema(db, new_store, stack=stack_of(STACK)).store_switch
     assert switched.action == "switched" and switched.store.kind == "postgresql", switched
     assert switched.cursors_reset == 1 and switched.deliveries_requeued == 1, switched
-    assert fences(db, old_scope.job) == [0]
+    assert fences(db, cursor) == [0]
     again = apply_schema(db, new_store, stack=stack_of(STACK)).store_switch  # the next deploy: nothing to do
     assert again.action == "unchanged" and again.deliveries_requeued == 0
     with data.connect(db) as conn:

@@ -68,6 +68,8 @@ class AttemptInput:
     event_sequence: int | None
     occurred_at: float  # the change's time (the delivery's creation for older messages)
     subscription: Subscription
+    event_id: str = ""  # the event's own id (a notice of this delivery names it)
+    deferrals: int = 0  # times it was held back by its endpoint's limit (no attempt used)
 
     @property
     def webhook_id(self) -> str:
@@ -185,15 +187,18 @@ class DeliveryRepository:
             return Recorded(False, None, outcome.status, None)
         return Recorded(True, row["attempt"], str(row["status"]), row["next_attempt_at"])
 
-    def defer(self, delivery_id: str, generation: int, token: int, next_attempt_at: float) -> Recorded:
+    def defer(self, delivery_id: str, generation: int, token: int, next_attempt_at: float,
+              retention: float) -> Recorded:
         """Give back the attempt start_attempt counted, without a request (its
         endpoint is at its limit): the delivery is retrying, due at
-        ``next_attempt_at``. Fenced like record()."""
+        ``next_attempt_at``, or expired if its event is older than ``retention``
+        seconds. Fenced like record()."""
         rows = self._rows("defer_attempt", {"id": delivery_id, "generation": generation, "token": token,
-                                            "next_attempt_at": next_attempt_at})
+                                            "next_attempt_at": next_attempt_at, "retention": retention})
         if not rows:
             return Recorded(False, None, "retrying", None)
-        return Recorded(True, rows[0]["attempts"], "retrying", next_attempt_at)
+        status = str(rows[0]["status"])
+        return Recorded(True, rows[0]["attempts"], status, next_attempt_at if status == "retrying" else None)
 
     def rotate_secret(self, webhook_id: str, secret: str, overlap: float, keep: int) -> bool:
         """Make ``secret`` the subscription's current signing secret; the one it

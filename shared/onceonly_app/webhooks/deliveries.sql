@@ -46,10 +46,10 @@ UPDATE webhook_deliveries d
    AND d.generation = %(generation)s AND d.fence_token = %(token)s
    AND d.status IN ('pending', 'attempting')
    AND d.attempts < %(max_attempts)s
-RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence,
+RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence, d.event_id,
           extract(epoch FROM coalesce(d.occurred_at, d.created_at))::float8 AS occurred_at,
           s.id AS webhook_id, s.tenant_id AS subscription_tenant_id, s.url, s.secret, s.enabled,
-          s.deleted_at IS NOT NULL AS deleted, s.max_in_flight, s.rate_per_second, s.headers,
+          s.deleted_at IS NOT NULL AS deleted, s.max_in_flight, s.rate_per_second, s.headers, d.deferrals,
           extract(epoch FROM s.failing_since)::float8 AS failing_since,
           ARRAY(SELECT p ->> 'secret' FROM jsonb_array_elements(s.previous_secrets) p
                  WHERE (p ->> 'until')::float8 > extract(epoch FROM now())
@@ -103,17 +103,32 @@ SELECT %(id)s, %(generation)s, %(token)s, (SELECT attempts FROM upd), %(outcome)
 RETURNING recorded, attempt;
 
 -- name: defer_attempt --
--- In: id, generation, token, next_attempt_at (epoch). Out: the attempts count,
--- or NO row when fenced off. The endpoint was at its limit, so no request was
--- made: the attempt start_attempt counted is given back and the delivery waits
--- as retrying (its queue item is moved to next_attempt_at by the caller). No
--- attempts-log row: nothing was attempted. last_error stays the last real one.
+-- In: id, generation, token, next_attempt_at (epoch), retention (seconds).
+-- Out: the attempts count and the status written, or NO row when fenced off.
+-- The endpoint was at its limit, so no request was made: the attempt
+-- start_attempt counted is given back, deferrals counts one more (the
+-- in-flight cap's delay grows with it), and the delivery waits as retrying
+-- (its queue item is moved to next_attempt_at by the caller). Waiting is
+-- bounded: a delivery whose event is older than the retention when it is held
+-- back once more ends expired instead (visible, not sent), so no limit defers
+-- it for ever. No attempts-log row: nothing was attempted. last_error stays
+-- the last real one (or says why it expired).
 UPDATE webhook_deliveries
-   SET attempts = attempts - 1, status = 'retrying', next_attempt_at = to_timestamp(%(next_attempt_at)s::float8),
+   SET attempts = attempts - 1, deferrals = deferrals + 1,
+       status = CASE WHEN coalesce(occurred_at, created_at) < now() - make_interval(secs => %(retention)s::float8)
+                     THEN 'expired' ELSE 'retrying' END,
+       next_attempt_at = CASE WHEN coalesce(occurred_at, created_at)
+                                   < now() - make_interval(secs => %(retention)s::float8)
+                              THEN NULL ELSE to_timestamp(%(next_attempt_at)s::float8) END,
+       last_error = CASE WHEN coalesce(occurred_at, created_at)
+                              < now() - make_interval(secs => %(retention)s::float8)
+                         THEN format('held back by the endpoint''s limit for longer than the retention of %%s s: '
+                                     'not sent', %(retention)s::float8)
+                         ELSE last_error END,
        updated_at = now()
  WHERE id = %(id)s AND generation = %(generation)s AND fence_token = %(token)s
    AND status IN ('pending', 'attempting') AND attempts > 0
-RETURNING attempts;
+RETURNING attempts, status, deferrals;
 
 -- name: rotate_secret --
 -- In: webhook_id, secret (the new one), overlap (seconds), keep (how many

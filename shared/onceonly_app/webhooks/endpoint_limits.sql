@@ -20,3 +20,24 @@ ON CONFLICT (webhook_id) DO UPDATE
              b.tokens + %(rate)s::float8
                         * greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at))) >= 1
 RETURNING b.tokens;
+
+-- name: reserve_rate_turn --
+-- In: webhook_id, rate (tokens per second, at least MIN_RATE). Out: turn
+-- (epoch seconds): when a request held back by the rate is due again, or NO
+-- row if the bucket has no row yet (nothing was ever taken: due now).
+-- The turn is the bucket's next token time (when its tokens reach 1 again), or
+-- one token after the last turn handed out, whichever is later: every
+-- delivery already waiting is counted, and each new one waits behind them
+-- instead of all coming back at once to find the same empty bucket. A turn
+-- handed out in the past no longer counts (greatest with the next token time).
+-- The turn returned is 20 ms after the token's time: a delivery that comes back
+-- a hair early (a queue's millisecond rounding) would find 0.99 of a token and
+-- go to the back of the line.
+-- ONE statement under the row's lock: two held-back deliveries never get the same turn.
+UPDATE webhook_endpoint_buckets AS b
+   SET reserved_until = greatest(
+           b.refilled_at + make_interval(secs => greatest(0, 1 - b.tokens) / %(rate)s::float8),
+           b.reserved_until + make_interval(secs => 1 / %(rate)s::float8),
+           clock_timestamp())
+ WHERE b.webhook_id = %(webhook_id)s
+RETURNING extract(epoch FROM b.reserved_until)::float8 + 0.02 AS turn;

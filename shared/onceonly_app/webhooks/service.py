@@ -10,8 +10,9 @@ outcome does to the delivery record and the due queue.
 - Every attempt is counted when it starts (start_attempt), so a delivery whose
   attempts crash the worker still runs out of attempts and dead-letters; one
   claim that fails does not stop the run, only an unavailable store does.
-- Every attempt has one deadline (attempt_budget) for its DNS lookup and its
-  whole request, and is only started when the invocation has that much time left.
+- Every attempt has a deadline (attempt_budget) for its DNS lookup, and one for
+  its whole request, which starts once the endpoint's limits admitted it; it is
+  only started when the invocation has that much time left.
 - The claims of one batch are attempted concurrently (max_in_flight at once,
   lanes.py), each with its own fence, outcome and report.
 """
@@ -32,14 +33,15 @@ from onceonly_app.budget import Budget
 
 from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
-from .deliveries import AttemptInput, DeliveryRepository, Outcome, Subscription, delivery_id_for
-from .endpoint_limits import EndpointGate
+from .deliveries import AttemptInput, DeliveryRepository, Outcome, Recorded, Subscription, delivery_id_for
+from .endpoint_health import EndpointHealth
+from .endpoint_limits import DEFER_RETENTION, Admission, EndpointGate
 from .endpoint_settings import request_headers
 from .lanes import run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
 from .signing import signed_headers
-from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
+from .ssrf import Resolver, Target, UnresolvableHostError, UnsafeTargetError, check_target
 from .urls import UnencodableURLError
 
 # Statuses a queue item has nothing left to do for: finished, or held (enabling
@@ -73,6 +75,7 @@ class AttemptReport:
     attempt: int | None
     response_code: int | None
     next_attempt_at: float | None
+    auto_disabled: bool = False  # this attempt's failure disabled its subscription (endpoint_health.py)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class RetryReport:
     held: int = 0  # the subscription is disabled: kept until it is enabled, not attempted
     dropped: int = 0  # the subscription was deleted
     aborted: int = 0  # the receiver answered webhook-delivery: abort-message
+    auto_disabled: int = 0  # subscriptions disabled automatically: every attempt failed for the period
     deferred: int = 0  # held back by the endpoint's limit: delayed, no attempt used
     claims_contended: int = 0  # ack/retry refused: the item was re-granted meanwhile
     leases_reclaimed: int = 0  # the previous holder never recorded its outcome
@@ -110,6 +114,7 @@ class RetryReport:
 
     def count(self, report: AttemptReport) -> None:
         self.attempts.append(report)
+        self.auto_disabled += report.auto_disabled
         if not report.recorded:
             self.fenced_writes_refused += 1
         elif report.outcome == "deferred":
@@ -132,7 +137,7 @@ class WebhookService:
     def __init__(self, repo: DeliveryRepository, queue: Queue, sender: WebhookSender, config: WebhookConfig,
                  *, logger: logging.Logger | Any | None = None, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None, resolver: Resolver | None = None,
-                 gate: EndpointGate | None = None) -> None:
+                 gate: EndpointGate | None = None, health: EndpointHealth | None = None) -> None:
         self.repo = repo
         self.queue = queue
         self.sender = sender
@@ -142,6 +147,7 @@ class WebhookService:
         self.policy = RetryPolicy(config.retry_schedule, config.max_retry_after, rng)
         self.resolver = resolver
         self.gate = gate  # per-endpoint limits; None: unlimited
+        self.health = health  # failing endpoints disabled, notices sent; None: not tracked
 
     # -- dispatch -------------------------------------------------------------
     def invocation_budget(self, context: Any) -> Budget:
@@ -340,7 +346,8 @@ class WebhookService:
             outcome = self._try(delivery)
             gone_url = delivery.subscription.url if outcome.outcome == "gone" else None
         if outcome.outcome == "deferred":
-            recorded = self.repo.defer(delivery_id, generation, token, outcome.next_attempt_at or self.clock())
+            recorded = self.repo.defer(delivery_id, generation, token, outcome.next_attempt_at or self.clock(),
+                                       DEFER_RETENTION)
         elif outcome.status == "held":
             # Decided again under the subscription's lock: a 410 only disables the
             # URL that answered it, and an enable meanwhile means retry now.
@@ -348,9 +355,12 @@ class WebhookService:
                                              gone_url, GONE_REASON)
         else:
             recorded = self.repo.record(delivery_id, generation, token, outcome, started)
+        auto_disabled = False
+        if recorded.recorded and delivery is not None:
+            auto_disabled = self._note_health(delivery, generation, outcome, recorded)
         report = AttemptReport(
             delivery_id, webhook_id, outcome.outcome, recorded.status, recorded.recorded,
-            recorded.attempt, outcome.response_code, recorded.next_attempt_at)
+            recorded.attempt, outcome.response_code, recorded.next_attempt_at, auto_disabled)
         self.log.log(
             logging.INFO if recorded.recorded else logging.WARNING,
             "attempt recorded" if recorded.recorded else "attempt outcome refused by the fence",
@@ -360,6 +370,31 @@ class WebhookService:
                    "error": outcome.error},
         )
         return report
+
+    def _note_health(self, delivery: AttemptInput, generation: int, outcome: Outcome, recorded: Recorded) -> bool:
+        """After a recorded outcome: a success ends the subscription's failing
+        period, a failure counts toward its automatic disable, a delivery out of
+        attempts is announced. Whether this disabled the subscription. A failure
+        here is logged, never the attempt's: its outcome is already recorded."""
+        if self.health is None:
+            return False
+        subscription = delivery.subscription
+        try:
+            if outcome.outcome == "succeeded":
+                self.health.succeeded(subscription.id, subscription.failing_since)
+                return False
+            if outcome.outcome != "failed" or not subscription.enabled:
+                return False
+            if recorded.status == "dead":
+                self.health.exhausted(delivery.id, generation, str(delivery.tenant_id), subscription.id,
+                                      delivery.event_id, delivery.event_type, outcome.response_code, outcome.error)
+            return self.health.failed(subscription.id, subscription.failing_since) is not None
+        except StoreUnavailableError:
+            raise
+        except Exception:  # noqa: BLE001 - the attempt's outcome stands; the bookkeeping is retried next failure
+            self.log.exception("endpoint health not updated", extra={"delivery_id": delivery.id,
+                                                                     "webhook_id": subscription.id})
+            return False
 
     def _out_of_attempts(self, state: dict[str, Any], generation: int, token: int) -> bool:
         """start_attempt refused: is it because every allowed attempt has started
@@ -383,9 +418,9 @@ class WebhookService:
         if not subscription.enabled:
             # Kept, not attempted: enabling the subscription delivers it (no event is lost).
             return Outcome("disabled", "held", None, HELD_ERROR, None)
-        deadline = Budget.after(self.config.attempt_budget)  # one for the DNS lookup and the whole request
+        lookup = Budget.after(self.config.attempt_budget)  # the DNS lookup's deadline
         try:
-            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
+            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, lookup)
         except UnsafeTargetError as exc:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
@@ -393,14 +428,17 @@ class WebhookService:
         except UnencodableURLError as exc:
             # A URL stored before add/update encoded URLs: a failed attempt with its reason.
             return self._failure(SendResult(None, f"URL cannot be sent: {exc}"), delivery.attempt)
-        with self._admitted(subscription) as admitted:
-            if not admitted:
-                assert self.gate is not None
-                return Outcome("deferred", "retrying", None, HELD_BACK, self.clock() + self.gate.held_back_delay())
-            body = delivery.body()
-            headers = request_headers(subscription.headers,
-                                      signed_headers(subscription.signing_secrets, delivery.id, body, self.clock()))
-            result = self.sender.post(target, body, headers, deadline)
+        with self._admitted(subscription) as admission:
+            if admission:
+                # The request's own deadline starts once it is admitted: the wait for
+                # the endpoint's limits never eats into the receiver's time.
+                deadline = Budget.after(self.config.attempt_budget)
+                result = self._send(delivery, target, deadline)
+        if not admission:
+            assert self.gate is not None
+            due = self.gate.held_back_until(subscription.id, admission, subscription.rate_per_second,
+                                            delivery.deferrals, self.clock())
+            return Outcome("deferred", "retrying", None, HELD_BACK, due)
         if result.ok:
             return Outcome("succeeded", "succeeded", result.status_code, None, None)
         if result.aborted:
@@ -409,12 +447,19 @@ class WebhookService:
             return Outcome("gone", "held", 410, "410 Gone: subscription disabled, held until it is enabled", None)
         return self._failure(result, delivery.attempt)
 
+    def _send(self, delivery: AttemptInput, target: Target, deadline: Budget) -> SendResult:
+        body = delivery.body()
+        subscription = delivery.subscription
+        headers = request_headers(subscription.headers,
+                                  signed_headers(subscription.signing_secrets, delivery.id, body, self.clock()))
+        return self.sender.post(target, body, headers, deadline)
+
     @contextmanager
-    def _admitted(self, subscription: Subscription) -> Iterator[bool]:
+    def _admitted(self, subscription: Subscription) -> Iterator[Admission]:
         """Whether the endpoint's limits let this request go now (holding its
         in-flight slot while it runs); always, without a gate."""
         if self.gate is None:
-            yield True
+            yield Admission(True)
             return
         with self.gate.admit(subscription.id, subscription.max_in_flight, subscription.rate_per_second) as ok:
             yield ok

@@ -43,7 +43,8 @@ from onceonly.stores.sqlfile import load_queries
 from onceonly_app.billing.webhook_events import EVENT_TYPES
 
 from . import deliveries, endpoint_settings, rotation
-from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND
+from .endpoint_health import OPERATIONAL_EVENT_TYPES
+from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND, MIN_RATE
 from .signing import new_secret
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
 from .urls import UnencodableURLError, encoded_url
@@ -224,8 +225,9 @@ def check_limits(max_in_flight: int | None, rate_per_second: float | None) -> di
     """The limits as stored (None: not given). Raises InvalidSubscriptionError."""
     if max_in_flight is not None and not (isinstance(max_in_flight, int) and 1 <= max_in_flight <= MAX_IN_FLIGHT):
         raise InvalidSubscriptionError(f"max in flight must be a whole number 1-{MAX_IN_FLIGHT}")
-    if rate_per_second is not None and not (math.isfinite(rate_per_second) and 0 < rate_per_second <= MAX_RATE):
-        raise InvalidSubscriptionError(f"rate must be > 0 and <= {MAX_RATE:g} requests per second")
+    if rate_per_second is not None and not (math.isfinite(rate_per_second) and MIN_RATE <= rate_per_second <= MAX_RATE):
+        raise InvalidSubscriptionError(f"rate must be from {MIN_RATE:.4g} (one request a minute) to {MAX_RATE:g} "
+                                       "requests per second")
     return {"max_in_flight": max_in_flight,
             "rate_per_second": None if rate_per_second is None else float(rate_per_second)}
 
@@ -238,10 +240,12 @@ def check_event_types(event_types: Iterable[str] | None) -> list[str] | None:
     types = sorted({str(t).strip() for t in event_types})
     if not types:
         raise InvalidSubscriptionError("name at least one event type (or none for all)")
-    unknown = [t for t in types if t not in EVENT_TYPES]
+    # The operational types are only sent to the subscriptions that name them (endpoint_health.py).
+    known = (*EVENT_TYPES, *OPERATIONAL_EVENT_TYPES)
+    unknown = [t for t in types if t not in known]
     if unknown:
         raise InvalidSubscriptionError(f"unknown event type(s) {', '.join(map(repr, unknown))}; "
-                                       f"known: {', '.join(EVENT_TYPES)}")
+                                       f"known: {', '.join(known)}")
     return types
 
 
