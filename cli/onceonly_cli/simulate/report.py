@@ -86,11 +86,18 @@ class InvocationFacts:
     metrics: dict[str, float]
 
 
+MAX_CASES = 200  # failing cases an invariant keeps for the report (its detail names the first few)
+
+
 @dataclass
 class Invariant:
     name: str
     ok: bool
     detail: str
+    cases: list[str] = field(default_factory=list)  # every failing case (up to MAX_CASES): kept in the report
+
+    def __post_init__(self) -> None:
+        self.cases = list(self.cases[:MAX_CASES])
 
 
 def percentile(values: list[float], q: float) -> float | None:
