@@ -172,6 +172,20 @@ def progress_bars(stderr: str) -> dict[str, tuple[int, int]]:
     return bars
 
 
+def test_simulate_on_an_embedded_redis_cluster_holds_every_invariant(tmp_path: Path) -> None:
+    """``--store redis-cluster``: six redis-server nodes (3 primaries, 3
+    replicas) on loopback, the main job run on them, and nothing left after."""
+    result = run_cli("simulate", "--json", "--store", "redis-cluster", "--events", "20", "--crash-rate", "0.2",
+                     "--seed", "5", env=isolated_env(tmp_path), timeout=300)
+    assert result.stdout.strip(), result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    broken = [i["name"] for i in report["invariants"] if not i["ok"]]
+    assert result.returncode == 0 and report["ok"], broken
+    assert report["config"]["store"] == "redis-cluster" and "cluster=1" in report["config"]["store_url"]
+    assert not processes_started_for(tmp_path), "a cluster node or a replica outlived the run"
+    assert not list(tmp_path.glob("onceonly-*")), list(tmp_path.iterdir())
+
+
 def test_a_non_atomic_store_makes_simulate_fail(tmp_path: Path) -> None:
     """The test-only hook wraps the store so grants are not atomic: the report
     must notice and the exit code must say so."""
@@ -237,9 +251,10 @@ def processes_started_for(tmp: Path, root: int | None = None) -> list[psutil.Pro
 
 @pytest.mark.parametrize(("signum", "store", "stand_in"), [
     (signal.SIGTERM, "redis", "redis-server"),
+    (signal.SIGTERM, "redis-cluster", "[cluster]"),
     (signal.SIGHUP, "dynamodb", "dynalite_launcher.js"),
     (signal.SIGKILL, "dynamodb", "dynalite_launcher.js"),
-], ids=["SIGTERM", "SIGHUP", "SIGKILL"])
+], ids=["SIGTERM", "SIGTERM-redis-cluster", "SIGHUP", "SIGKILL"])
 def test_a_signal_mid_run_leaves_no_process_behind(tmp_path: Path, signum: int, store: str, stand_in: str) -> None:
     """SIGTERM and SIGHUP clean up like Ctrl-C; after a SIGKILL, which no
     cleanup code survives, the stand-ins' watcher stops them."""
