@@ -174,6 +174,7 @@ _PROCESS_HEAVY = (
     "tests/concurrency/test_store_races.py",
     "tests/concurrency/test_pgbouncer_race.py",
     "tests/concurrency/test_redis_seed_regression.py",
+    "tests/concurrency/test_redis_cluster_topology.py",
     "tests/e2e/test_cli_simulate.py",
 )
 

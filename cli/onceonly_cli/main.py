@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = commands.add_parser("simulate",
                               help="run the real functions as N replicas under duplicates and crashes")
-    _store_options(sim, "postgresql, redis or dynamodb (a fresh local stand-in), all (each in turn)")
+    _store_options(sim, "postgresql, redis or dynamodb (a fresh local stand-in), all (each in turn), "
+                        "redis-cluster (a local 6-node Redis Cluster)")
     sim.add_argument("--events", type=_positive_int, default=200, help="webhook events to feed (default 200)")
     sim.add_argument("--replicas", type=_positive_int, default=4, help="replica processes (default 4)")
     sim.add_argument("--receiver-latency", type=_non_negative_float, default=0.005, metavar="SECONDS",
@@ -124,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="domain PostgreSQL URL (default: $DATABASE_URL, else a local PostgreSQL)")
     rotate.add_argument("--overlap", type=_non_negative_float, default=None, metavar="SECONDS",
                         help="how long the old secret still signs (default 86400: a day)")
+    rotate.add_argument("--secret", metavar="whsec_…",
+                        help="sign with this secret instead of a fresh one (migrating from another sender)")
 
     from .subscriptions_command import add_subscriptions_parser
 

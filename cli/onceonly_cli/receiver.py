@@ -55,6 +55,8 @@ class Behaviour:
     retry_after: str | None = None  # sent with 429/503 failures
     seed: int = 0
     gone_until: threading.Event | None = None  # answer 410 Gone to every request until this is set
+    fail_until: threading.Event | None = None  # answer failure_status to every request until this is set
+    abort_until: threading.Event | None = None  # answer 422 with webhook-delivery: abort-message until set
 
 
 @dataclass
@@ -188,6 +190,10 @@ class WebhookReceiver:
         b = endpoint.behaviour
         if b.gone_until is not None and not b.gone_until.is_set():
             return Reply(410)
+        if b.abort_until is not None and not b.abort_until.is_set():
+            return Reply(422, headers=(("webhook-delivery", "abort-message"),))
+        if b.fail_until is not None and not b.fail_until.is_set():
+            return Reply(b.failure_status, delay=b.latency)
         failing = nth <= b.fail_first or (b.failure_rate > 0 and endpoint.rng.random() < b.failure_rate)
         if failing:
             retry_after = b.retry_after if b.failure_status in (429, 503) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 
@@ -59,14 +60,30 @@ def with_prefix(url: str, prefix: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
-def delete_prefix(url: str) -> None:
-    """Delete every key under the prefix of the store URL ``url``."""
+def redis_cluster_url(url: str) -> bool:
+    """Whether the Redis store URL ``url`` names a cluster (``cluster=1``)."""
+    return dict(parse_qsl(urlsplit(url).query)).get("cluster", "").lower() in ("1", "true")
+
+
+def redis_admin_client(url: str) -> Any:
+    """A plain redis-py client for the store URL ``url`` (a ``RedisCluster``
+    with ``cluster=1``; the CA bundle kept), to scan and delete a prefix."""
     import redis
 
+    options = dict(parse_qsl(urlsplit(url).query))
+    tls = {"ssl_ca_certs": options["ssl_ca_certs"]} if "ssl_ca_certs" in options else {}
+    if redis_cluster_url(url):
+        return redis.RedisCluster.from_url(url.split("?", 1)[0], socket_connect_timeout=5, **tls)
+    return redis.Redis.from_url(url.split("?", 1)[0], socket_connect_timeout=5, **tls)
+
+
+def delete_prefix(url: str) -> None:
+    """Delete every key under the prefix of the store URL ``url`` (on every
+    primary of a cluster: redis-py splits a delete by slot there)."""
     prefix = redis_prefix(url)
     if not prefix:
         raise ValueError(f"{url} names no prefix: refusing to delete a whole database")
-    client = redis.Redis.from_url(url.split("?", 1)[0], socket_connect_timeout=5)
+    client = redis_admin_client(url)
     try:
         batch: list[bytes] = []
         for key in client.scan_iter(match=f"{prefix}:*", count=1000):

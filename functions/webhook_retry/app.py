@@ -22,10 +22,10 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "once
                   service="webhook-retry")
 
 COUNTERS = ("succeeded", "failed", "dead", "held", "dropped", "aborted", "deferred", "claims_contended",
-            "leases_reclaimed", "fenced_writes_refused", "claims_failed")
+            "leases_reclaimed", "fenced_writes_refused", "claims_failed", "auto_disabled")
 METRIC_NAMES = {"succeeded": "deliveries_succeeded", "failed": "deliveries_failed", "dead": "deliveries_dead",
                 "held": "deliveries_held", "dropped": "deliveries_dropped", "deferred": "deliveries_deferred",
-                "aborted": "deliveries_aborted"}
+                "aborted": "deliveries_aborted", "auto_disabled": "subscriptions_auto_disabled"}
 
 
 @tracer.capture_lambda_handler

@@ -17,10 +17,10 @@ from .store_workers import _start
 
 
 def drain_through_changes(
-    n: int, barrier: Any, path: Path, url: str, queue: str, lease: float, seconds: float,
+    n: int, barrier: Any, path: Path, url: str, queue: str, lease: float, seconds: float, done: str,
 ) -> None:
     """A worker loop (``claim(acks=…)``, batches of 5) until the queue is empty
-    (or ``seconds`` after the start line)."""
+    once the file ``done`` exists (or ``seconds`` after the start line)."""
     history = History(path)
     store = _start(barrier, url)
     deadline = time.time() + seconds
@@ -46,7 +46,7 @@ def drain_through_changes(
                           granted_at=claim.lease_expires_at - lease, expires=claim.lease_expires_at)
         if not claims:
             try:
-                if q.depth().total == 0:
+                if q.depth().total == 0 and Path(done).exists():
                     break
             except onceonly.StoreUnavailableError:
                 pass

@@ -26,6 +26,7 @@ import psycopg
 import pytest
 import redis
 
+from onceonly_cli.simulate.recovery_load import FAILING_EVENTS, RECOVER_EVENTS
 from onceonly_cli.simulate.webhook_checks import HOSTILE_RETRY_AFTER
 from onceonly_cli.simulate.webhook_load import GONE_EVENTS, MISADDRESSED_EVENTS, TRICKLE_EVENTS
 from tests.support.redis_servers import private_redis
@@ -36,11 +37,15 @@ ARTIFACTS = REPO_ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 EVENTS = 60
 ALL_EVENTS = 20  # per store: three runs
-# Every run also feeds the scenarios' events: hostile Retry-After, trickled, misaddressed, held.
-SCENARIO_EVENTS = len(HOSTILE_RETRY_AFTER) + TRICKLE_EVENTS + MISADDRESSED_EVENTS + GONE_EVENTS
+# Every run also feeds the scenarios' events: hostile Retry-After, trickled, misaddressed, held, aborted
+# then recovered, held by an automatic disable.
+SCENARIO_EVENTS = len(HOSTILE_RETRY_AFTER) + TRICKLE_EVENTS + MISADDRESSED_EVENTS + GONE_EVENTS + RECOVER_EVENTS \
+    + FAILING_EVENTS
+NOTICES = 1  # the endpoint.disabled delivery of the automatic disable
 DOMAIN_INVARIANTS = {
     "no cross-tenant delivery", "hostile Retry-After clamped", "trickled attempts cut at the deadline and retried",
-    "disabled subscription loses no event",
+    "disabled subscription loses no event", "recover sends each failed event once more",
+    "failing endpoint disabled with notice, no event lost",
     "payments credited to the right invoice and asset", "unmatched payments recorded, never credited",
     "multi-operation payments: each operation once", "no overdue before the due day ended",
     "paused periods not billed", "no overdue e-mail for a paid invoice", "sub-cent parts pay exactly",
@@ -115,7 +120,7 @@ def test_simulate_with_crashes_keeps_every_invariant(crash_run: SimulateRun) -> 
     assert wh["lost_deliveries"] == 0
     # One delivery per fed event, plus one per (subscription, invoice the watcher saw paid).
     assert paid["invoice_paid_deliveries"] > 0
-    assert wh["deliveries"] == EVENTS + SCENARIO_EVENTS + paid["invoice_paid_deliveries"]
+    assert wh["deliveries"] == EVENTS + SCENARIO_EVENTS + NOTICES + paid["invoice_paid_deliveries"]
     assert wh["deliveries_made"] + wh["dead_letters"] == wh["deliveries"]
     assert paid["invoice_paid_received"] + paid["invoice_paid_dead"] == paid["invoice_paid_deliveries"]
     assert wh["duplicate_posts"] <= report["replicas"]["killed"]
@@ -153,7 +158,7 @@ def test_ticks_are_todays_schedule_and_progress_totals_add_up(crash_run: Simulat
     assert bars["events fed"] == (fed, fed)  # duplicates are not events
     paid = crash_run.report["payments"]["invoice_paid_deliveries"]
     assert bars["invoice.paid relayed"] == (paid, paid)
-    assert bars["deliveries finished"] == (fed + paid, fed + paid)
+    assert bars["deliveries finished"] == (fed + paid + NOTICES, fed + paid + NOTICES)
     assert all(done <= total for done, total in bars.values()), bars
 
 
@@ -165,6 +170,20 @@ def progress_bars(stderr: str) -> dict[str, tuple[int, int]]:
         if found:
             bars[found.group(1).strip()] = (int(found.group(2)), int(found.group(3)))
     return bars
+
+
+def test_simulate_on_an_embedded_redis_cluster_holds_every_invariant(tmp_path: Path) -> None:
+    """``--store redis-cluster``: six redis-server nodes (3 primaries, 3
+    replicas) on loopback, the main job run on them, and nothing left after."""
+    result = run_cli("simulate", "--json", "--store", "redis-cluster", "--events", "20", "--crash-rate", "0.2",
+                     "--seed", "5", env=isolated_env(tmp_path), timeout=300)
+    assert result.stdout.strip(), result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    broken = [i["name"] for i in report["invariants"] if not i["ok"]]
+    assert result.returncode == 0 and report["ok"], broken
+    assert report["config"]["store"] == "redis-cluster" and "cluster=1" in report["config"]["store_url"]
+    assert not processes_started_for(tmp_path), "a cluster node or a replica outlived the run"
+    assert not list(tmp_path.glob("onceonly-*")), list(tmp_path.iterdir())
 
 
 def test_a_non_atomic_store_makes_simulate_fail(tmp_path: Path) -> None:
@@ -232,9 +251,10 @@ def processes_started_for(tmp: Path, root: int | None = None) -> list[psutil.Pro
 
 @pytest.mark.parametrize(("signum", "store", "stand_in"), [
     (signal.SIGTERM, "redis", "redis-server"),
+    (signal.SIGTERM, "redis-cluster", "[cluster]"),
     (signal.SIGHUP, "dynamodb", "dynalite_launcher.js"),
     (signal.SIGKILL, "dynamodb", "dynalite_launcher.js"),
-], ids=["SIGTERM", "SIGHUP", "SIGKILL"])
+], ids=["SIGTERM", "SIGTERM-redis-cluster", "SIGHUP", "SIGKILL"])
 def test_a_signal_mid_run_leaves_no_process_behind(tmp_path: Path, signum: int, store: str, stand_in: str) -> None:
     """SIGTERM and SIGHUP clean up like Ctrl-C; after a SIGKILL, which no
     cleanup code survives, the stand-ins' watcher stops them."""

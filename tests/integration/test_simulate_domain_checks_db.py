@@ -16,6 +16,7 @@ from onceonly_app.appdb.migrate import migrate
 from onceonly_cli.scratch import scratch_database
 from onceonly_cli.simulate.billing_checks import billing_invariants
 from onceonly_cli.simulate.payment_checks import SeededPayment, payment_invariants
+from onceonly_cli.simulate.recovery_load import RecoveryScenario
 from onceonly_cli.simulate.webhook_checks import webhook_invariants
 
 LAST_TICK = datetime(2040, 3, 15, 2, 0, tzinfo=UTC)  # 11:00 on the 15th in Tokyo
@@ -142,7 +143,7 @@ def test_the_tenant_invariant_reads_deliveries_and_the_outbox(conn: psycopg.Conn
     conn.execute(delivery, ("d2", "b", "e2", "dead", "t1"))  # misaddressed, refused
     load = SimpleNamespace(tenant_of={"a": "t1", "b": "t2"}, misaddressed={"d2"}, retry_after_of={}, trickled=set(),
                            scheduled={}, parked=set(), gone="", held=set(),
-                           disabled_at=None, enabled_at=None, caps={}, fed_to={})
+                           disabled_at=None, enabled_at=None, caps={}, fed_to={}, recovery=RecoveryScenario("x"))
     assert webhook_invariants(conn, [], load, 1.0, 1.0, 0)[0].ok
 
     conn.execute(delivery, ("d3", "b", "e3", "succeeded", "t1"))

@@ -250,7 +250,7 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
     driver.enqueue(plan.messages)
     # Distinct events against their total; duplicates and redeliveries only in the message count.
     fed_task = progress.add_task("events fed", total=load.events_in)
-    relayed_total = len(load.expected) - load.events_in
+    relayed_total = len(load.expected) - load.events_in - len(load.notices)
     relayed_task = progress.add_task("invoice.paid relayed", total=relayed_total) if relayed_total else None
     messages_task = progress.add_task("SQS messages (+dups)", total=None)
     done_task = progress.add_task("deliveries finished", total=len(load.expected))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CliError
+from ..scratch import redis_cluster_url
 from ..servers import LocalServers, ServerSetupError
 from ..standins import start_standin, store_keyword
 from ..stores import check_database, migrate_database, open_store
@@ -32,7 +33,10 @@ class Stack:
 
     @property
     def store_kind(self) -> str:
-        return self.store_url.split(":", 1)[0]
+        kind = self.store_url.split(":", 1)[0]
+        if kind in ("redis", "rediss") and redis_cluster_url(self.store_url):
+            return "redis-cluster"
+        return kind
 
     def close(self) -> None:
         """Stop everything this stack started, newest first; never raises."""

@@ -38,7 +38,7 @@ def judge_filters(requests: Iterable[ReceivedRequest], filters: dict[str, list[s
             bad.append(f"{request.endpoint} got {kind} ({request.webhook_id}); it wants {', '.join(wanted)}")
     return Invariant("no event of an unwanted type sent", unwanted_events > 0 and not bad, "; ".join(bad[:5]) or (
         f"{unwanted_events} events of types left out by a filter, none sent" if unwanted_events else
-        "no event of a filtered-out type happened: scenario not exercised"))
+        "no event of a filtered-out type happened: scenario not exercised"), cases=bad)
 
 
 def max_open(requests: Iterable[ReceivedRequest]) -> int:
@@ -64,7 +64,7 @@ def judge_caps(requests: Iterable[ReceivedRequest], caps: dict[str, int]) -> Inv
     reached = sum(1 for name, peak in peaks.items() if peak == caps[name])
     return Invariant("no endpoint over its cap", bool(caps) and not bad, "; ".join(bad[:5]) or (
         f"{len(caps)} capped endpoints, at most {max(peaks.values(), default=0)} open at once; "
-        f"{reached} reached their cap" if caps else "no capped endpoint: scenario not exercised"))
+        f"{reached} reached their cap" if caps else "no capped endpoint: scenario not exercised"), cases=bad)
 
 
 def judge_nothing_lost(statuses: dict[str, str], expected: dict[str, set[str]], accepted: set[str]) -> Invariant:
@@ -80,4 +80,5 @@ def judge_nothing_lost(statuses: dict[str, str], expected: dict[str, set[str]], 
                 bad.append(f"{delivery_id} of {name}: {status or 'never created'}")
     total = sum(len(ids) for ids in expected.values())
     return Invariant("nothing held back by a limit lost", total > 0 and not bad, "; ".join(bad[:5]) or (
-        f"{total} deliveries to capped endpoints finished" if total else "no capped endpoint: scenario not exercised"))
+        f"{total} deliveries to capped endpoints finished" if total else "no capped endpoint: scenario not exercised"),
+        cases=bad)

@@ -54,6 +54,8 @@ SELECT count(*) FROM activity_events a
  WHERE a.tenant_id = ANY(%(tenants)s) AND a.kind = ANY(%(types)s)
    AND EXISTS (SELECT 1 FROM webhook_subscriptions s
                 WHERE s.id = ANY(%(ids)s) AND s.tenant_id = a.tenant_id AND NOT a.kind = ANY(s.event_types))"""
+DISABLES = """
+SELECT actor, detail FROM webhook_subscription_audit WHERE webhook_id = %s AND action = 'disable' ORDER BY id"""
 OUTBOX_CROSSING = """
 SELECT o.webhook_id, o.event_id, o.tenant_id, s.tenant_id AS subscription_tenant
   FROM webhook_outbox o JOIN webhook_subscriptions s ON s.id = o.webhook_id
@@ -107,7 +109,7 @@ def judge_retry_after(requests: list[ReceivedRequest], statuses: dict[str, str],
     return Invariant("hostile Retry-After clamped", bool(retry_after_of) and not bad, "; ".join(bad[:5]) or (
         f"{len(gaps)} hostile values (huge, negative, far-future date, garbage): each retried, none before its "
         f"floor (cap {cap:g} s), gaps {min(gaps):.2f}-{max(gaps):.2f} s{sampled}" if gaps
-        else "no hostile answer seeded"))
+        else "no hostile answer seeded"), cases=bad)
 
 
 def judge_trickle(requests: list[ReceivedRequest], attempts: dict[str, list[dict[str, Any]]], statuses: dict[str, str],
@@ -138,25 +140,38 @@ def judge_trickle(requests: list[ReceivedRequest], attempts: dict[str, list[dict
               f"{min(seconds):.2f}-{max(seconds):.2f} s and retried" if seconds else
               f"{len(trickled)} trickled answers, each cut (the worker was killed) and retried")
     return Invariant("trickled attempts cut at the deadline and retried", bool(trickled) and not bad,
-                     "; ".join(bad[:5]) or detail)
+                     "; ".join(bad[:5]) or detail, cases=bad)
+
+
+def attempted_while_disabled(attempts: list[dict[str, Any]], disabled_at: float,
+                             enabled_at: float) -> list[str]:
+    """The attempts that made a request although they started (``started_at``,
+    the worker's clock before it read the subscription) after the disable had
+    committed and before the enable. ``disabled_at`` must be a moment at or
+    after the disable's COMMIT (the run reads it back, webhook_load.py), never
+    the disabling transaction's own time (``updated_at``, ``now()``: its
+    start): an attempt that read the subscription just before the commit saw
+    it enabled, rightly made its request, and is no violation."""
+    return [f"{a['delivery_id']}: attempted while disabled ({a['outcome']}, started "
+            f"{a['started_at'] - disabled_at:.3f} s after the disable was seen committed)" for a in attempts
+            if a["outcome"] in REQUESTED and disabled_at < a["started_at"] < enabled_at]
 
 
 def judge_held(requests: list[ReceivedRequest], attempts: list[dict[str, Any]], statuses: dict[str, str],
                held: set[str], disabled_at: float | None, enabled_at: float | None) -> Invariant:
-    """The subscription a 410 disabled: no attempt that started while it was
-    disabled (after ``disabled_at``, before ``enabled_at``) made a request,
-    nothing was accepted before it was enabled again, and every one of its
-    events, the 410's own included, was delivered (accepted, succeeded) after
-    that. ``requests``: those of its endpoint; ``attempts``: the attempts log of
-    its held deliveries (an attempt started before the disable may still be on
-    the wire: only one started after it must not send)."""
+    """The subscription a 410 disabled: no attempt that started after the
+    disable committed (``disabled_at``: when the run saw it committed) and
+    before the enable (``enabled_at``) made a request, nothing was accepted
+    before it was enabled again, and every one of its events, the 410's own
+    included, was delivered (accepted, succeeded) after that. ``requests``:
+    those of its endpoint; ``attempts``: the attempts log of its held
+    deliveries (an attempt that read the subscription before the commit may
+    still be on the wire: only one that started after it must not send)."""
     if disabled_at is None or enabled_at is None:
-        return Invariant("disabled subscription loses no event", False,
-                         f"never disabled and enabled again (disabled at {disabled_at}, enabled at {enabled_at}): "
-                         f"its events were not all held ({len(held)} seeded)")
-    bad = [f"{a['delivery_id']}: attempted while disabled ({a['outcome']}, "
-           f"{a['started_at'] - disabled_at:.2f} s after the 410)" for a in attempts
-           if a["outcome"] in REQUESTED and disabled_at < a["started_at"] < enabled_at]
+        why = (f"never disabled and enabled again (disabled at {disabled_at}, enabled at {enabled_at}): "
+               f"its events were not all held ({len(held)} seeded)")
+        return Invariant("disabled subscription loses no event", False, why, cases=[why])
+    bad = attempted_while_disabled(attempts, disabled_at, enabled_at)
     bad += [f"{r.webhook_id}: accepted before the subscription was enabled" for r in requests
             if r.accepted and r.received_at < enabled_at - TOLERANCE]
     for delivery_id, seen in _by_delivery(requests, held).items():
@@ -164,7 +179,7 @@ def judge_held(requests: list[ReceivedRequest], attempts: list[dict[str, Any]], 
             bad.append(f"{delivery_id}: not delivered after the enable ({statuses.get(delivery_id)})")
     return Invariant("disabled subscription loses no event", bool(held) and not bad, "; ".join(bad[:5]) or (
         f"{len(held)} events held while disabled ({enabled_at - disabled_at:.1f} s, no request), "
-        f"all delivered after the enable"))
+        f"all delivered after the enable"), cases=bad)
 
 
 def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[str, Any]],
@@ -191,7 +206,7 @@ def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[s
     tenants = len(set(tenant_of.values()))
     return Invariant("no cross-tenant delivery", bool(misaddressed) and not bad, "; ".join(bad[:5]) or
                      f"{len(requests)} requests to {len(tenant_of)} endpoints of {tenants} tenants, each with its "
-                     f"own tenant's data; {len(misaddressed)} misaddressed events refused, never sent")
+                     f"own tenant's data; {len(misaddressed)} misaddressed events refused, never sent", cases=bad)
 
 
 def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[ReceivedRequest], load: Any, cap: float,
@@ -200,6 +215,8 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
     sampled); ``cap``: WEBHOOK_MAX_RETRY_AFTER; ``longest``: the longest delay
     the retry schedule draws."""
     from onceonly_app.billing.webhook_events import EVENT_TYPES
+
+    from .recovery_checks import judge_auto_disable, judge_recover  # they build on this module's judges
 
     requests = requests_of(history, set(load.tenant_of))
     with conn.cursor(row_factory=dict_row) as cur:
@@ -210,6 +227,9 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
             attempts.setdefault(row["delivery_id"], []).append(row)
         held_attempts = cur.execute(HELD_ATTEMPTS, (sorted(load.held),)).fetchall()
         filters = {row["id"]: row["event_types"] for row in cur.execute(FILTERS, (sorted(load.tenant_of),))}
+        recovery = load.recovery
+        failing_attempts = cur.execute(HELD_ATTEMPTS, (sorted(recovery.failing_ids),)).fetchall()
+        disables = cur.execute(DISABLES, (recovery.failing,)).fetchall()
         unwanted = cur.execute(UNWANTED_EVENTS, {"tenants": sorted(set(load.tenant_of.values())),
                                                  "types": list(EVENT_TYPES), "ids": sorted(filters)}).fetchone()
     statuses = {d["id"]: d["status"] for d in deliveries}
@@ -224,4 +244,10 @@ def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[Received
             judge_filters(requests, filters, set(EVENT_TYPES), int(unwanted["count"]) if unwanted else 0),
             judge_caps(requests, load.caps),
             judge_nothing_lost(statuses, {name: load.fed_to.get(name, set()) - load.parked for name in load.caps},
-                               accepted)]
+                               accepted),
+            judge_recover([r for r in requests if r.endpoint == recovery.aborting], statuses,
+                          recovery.aborted - load.parked, recovery.recovered_at, recovery.recovered),
+            judge_auto_disable([r for r in requests if r.endpoint == recovery.failing],
+                               [r for r in requests if r.endpoint == recovery.operational], failing_attempts,
+                               statuses, recovery.failing_ids - load.parked, disables, recovery.failing,
+                               recovery.notice, recovery.disabled_at, recovery.enabled_at)]

@@ -35,6 +35,7 @@ from typing import Any
 import psycopg
 
 from .loadgen import Message
+from .recovery_load import FAILING_EVENTS, RECOVER_EVENTS, RecoveryScenario
 from .report import DeliveryFacts
 from .tenants import Tenant
 from .webhook_checks import HOSTILE_RETRY_AFTER, TRICKLE_GAP
@@ -61,7 +62,7 @@ SELECT id, extract(epoch FROM next_attempt_at - updated_at)::float8 FROM webhook
  WHERE id = ANY(%s) AND status = 'retrying'"""
 # The disabled subscription's state, and how many of the given deliveries are held.
 HELD_STATE = """
-SELECT s.enabled, extract(epoch FROM s.updated_at)::float8 AS changed_at,
+SELECT s.enabled,
        (SELECT count(*) FROM webhook_deliveries d WHERE d.id = ANY(%(ids)s) AND d.status = 'held') AS held
   FROM webhook_subscriptions s WHERE s.id = %(webhook_id)s"""
 # Outcome writes the fence refused: a holder that outlived its claim.
@@ -92,7 +93,8 @@ class WebhookLoad:
     gone: str = ""  # the subscription whose endpoint answers 410 until it is enabled again
     revived: threading.Event = field(default_factory=threading.Event)  # set: that endpoint answers 2xx
     held: set[str] = field(default_factory=set)  # delivery ids of its events: held, then delivered
-    disabled_at: float | None = None  # when the 410 disabled it (the database's time)
+    disabled_at: float | None = None  # when the run first saw the 410's disable committed (this host's clock)
+    recovery: RecoveryScenario | None = None  # recover and auto-disable, on a tenant of their own
     enabled_at: float | None = None  # when the run enabled it again
     message_delivery: dict[str, str] = field(default_factory=dict)  # SQS message id -> delivery id
     first_sent: dict[str, float] = field(default_factory=dict)
@@ -119,17 +121,28 @@ class WebhookLoad:
             self._subscribe(conn, receiver, self.trickling, self.tenants[-1], Behaviour())
             self.gone = f"sim-{self.run_id}-gone"
             self._subscribe(conn, receiver, self.gone, self.tenants[0], Behaviour(gone_until=self.revived))
+            self.recovery = RecoveryScenario(self.run_id)
+
+            def subscribe(name: str, tenant: str, behaviour: Any, event_types: list[str] | None,
+                          new_tenant: bool) -> None:
+                self._subscribe(conn, receiver, name, Tenant(tenant, "UTC", "USD"), behaviour,
+                                event_types=event_types, new_tenant=new_tenant)
+
+            self.recovery.seed(conn, receiver, subscribe)
+            self.expect({self.recovery.notice})
 
     def _subscribe(self, conn: psycopg.Connection[Any], receiver: Any, name: str, tenant: Tenant,
-                   behaviour: Any, cap: int | None = None) -> None:
+                   behaviour: Any, cap: int | None = None, *, event_types: list[str] | None = None,
+                   new_tenant: bool = False) -> None:
         """Create the subscription through the API; its endpoint verifies with the
         secret add() returns."""
         from onceonly_app.webhooks import subscriptions
         from onceonly_app.webhooks.endpoint_limits import DEFAULT_MAX_IN_FLIGHT
 
-        added = subscriptions.add(conn, tenant.id, f"{receiver.base_url}/{name}", EVENT_FILTER, actor="simulate",
-                                  subscription_id=name, max_in_flight=cap or DEFAULT_MAX_IN_FLIGHT,
-                                  allow_http_hosts={"127.0.0.1"})  # the receiver, as the replicas allow it
+        added = subscriptions.add(conn, tenant.id, f"{receiver.base_url}/{name}", event_types or EVENT_FILTER,
+                                  actor="simulate", subscription_id=name, max_in_flight=cap or DEFAULT_MAX_IN_FLIGHT,
+                                  allow_http_hosts={"127.0.0.1"},  # the receiver, as the replicas allow it
+                                  new_tenant=new_tenant)
         receiver.endpoint(name, added.secret, behaviour)
         self.subscription_ids.append(name)
         self.tenant_of[name] = tenant.id
@@ -139,7 +152,8 @@ class WebhookLoad:
     def subscriptions_by_tenant(self) -> dict[str, list[str]]:
         by_tenant: dict[str, list[str]] = {t.id: [] for t in self.tenants}
         for name in self.subscription_ids:
-            by_tenant[self.tenant_of[name]].append(name)
+            if self.tenant_of[name] in by_tenant:  # not the scenarios' own tenant (recovery_load.py)
+                by_tenant[self.tenant_of[name]].append(name)
         return by_tenant
 
     def track(self, webhook_id: str, event_id: str, message_id: str) -> str:
@@ -190,6 +204,14 @@ class WebhookLoad:
             self.held.add(delivery_id)
             stream.append(message)
             n += 1
+        if self.recovery is not None:
+            for webhook_id, ids, count in ((self.recovery.aborting, self.recovery.aborted, RECOVER_EVENTS),
+                                           (self.recovery.failing, self.recovery.failing_ids, FAILING_EVENTS)):
+                for _ in range(count):
+                    message, delivery_id = self._event(n, webhook_id, self.recovery.tenant)
+                    ids.add(delivery_id)
+                    stream.append(message)
+                    n += 1
         for k in range(MISADDRESSED_EVENTS):
             # Another tenant's event, addressed to this subscription: hand-made, or from before tenants.
             webhook_id = self.ordinary[k % len(self.ordinary)]
@@ -216,11 +238,22 @@ class WebhookLoad:
     @property
     def ordinary_ids(self) -> set[str]:
         """The deliveries of the --events events, the scenario ones left out."""
-        return self.generated - set(self.retry_after_of) - self.trickled - self.misaddressed - self.held
+        return self.generated - set(self.retry_after_of) - self.trickled - self.misaddressed - self.held \
+            - self._recovery_ids
 
     @property
     def scenario_events(self) -> int:
-        return len(self.retry_after_of) + len(self.trickled) + len(self.misaddressed) + len(self.held)
+        return len(self.retry_after_of) + len(self.trickled) + len(self.misaddressed) + len(self.held) \
+            + len(self._recovery_ids)
+
+    @property
+    def notices(self) -> set[str]:
+        """Expected deliveries that are neither events nor relayed: the operational notices."""
+        return {self.recovery.notice} if self.recovery else set()
+
+    @property
+    def _recovery_ids(self) -> set[str]:
+        return self.recovery.aborted | self.recovery.failing_ids if self.recovery else set()
 
     def enable_when_held(self, conn: psycopg.Connection[Any], queue: Any) -> None:
         """Once the 410 disabled the subscription and every one of its events is
@@ -228,12 +261,20 @@ class WebhookLoad:
         endpoint answers 2xx from then on."""
         from onceonly_app.webhooks.subscriptions import enable
 
+        if self.recovery is not None:
+            self.recovery.step(conn, queue)
         if self.enabled_at is not None:
             return
         row = conn.execute(HELD_STATE, {"ids": list(self.held), "webhook_id": self.gone}).fetchone()
-        if row is None or row[0] or row[2] < len(self.held):
+        if row is None or row[0]:
             return
-        self.disabled_at = float(row[1])
+        if self.disabled_at is None:
+            # Dated when read back, so at or after its commit. Its updated_at is the
+            # disabling transaction's start: an attempt that read the subscription
+            # between that and the commit saw it enabled and rightly sent.
+            self.disabled_at = time.time()
+        if row[1] < len(self.held):
+            return
         self.revived.set()
         self.enabled_at = time.time()
         enable(conn, queue, self.gone)

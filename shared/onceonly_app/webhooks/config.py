@@ -30,11 +30,13 @@ class WebhookConfig:
     allow_http_hosts: frozenset[str] = frozenset()  # hosts allowed plain http and private addresses
     queue_name: str = "webhook-retries"
     ca_bundle: str | None = None  # extra CA file for TLS verification (tests); None: system CAs
+    auto_disable_after: float = 5 * 24 * 3600.0  # a subscription whose attempts all failed this long is disabled
 
     def __post_init__(self) -> None:
         if not self.retry_schedule or any(not math.isfinite(s) or s <= 0 for s in self.retry_schedule):
             raise ConfigError(f"retry schedule needs positive seconds, got {self.retry_schedule!r}")
-        for name in ("connect_timeout", "read_timeout", "attempt_lease", "deadline_margin", "max_retry_after"):
+        for name in ("connect_timeout", "read_timeout", "attempt_lease", "deadline_margin", "max_retry_after",
+                     "auto_disable_after"):
             check_seconds(getattr(self, name), name)
         if self.attempt_timeout is not None:
             check_seconds(self.attempt_timeout, "attempt_timeout")
@@ -72,6 +74,7 @@ class WebhookConfig:
             "WEBHOOK_ATTEMPT_LEASE": "attempt_lease",
             "WEBHOOK_DEADLINE_MARGIN": "deadline_margin",
             "WEBHOOK_MAX_RETRY_AFTER": "max_retry_after",
+            "WEBHOOK_AUTO_DISABLE_AFTER": "auto_disable_after",
         }
         for var, field in floats.items():
             if env.get(var):

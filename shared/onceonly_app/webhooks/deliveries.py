@@ -68,6 +68,7 @@ class AttemptInput:
     event_sequence: int | None
     occurred_at: float  # the change's time (the delivery's creation for older messages)
     subscription: Subscription
+    event_id: str = ""  # the event's own id (a notice of this delivery names it)
     deferrals: int = 0  # times it was held back by its endpoint's limit (no attempt used)
 
     @property

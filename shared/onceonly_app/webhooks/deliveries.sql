@@ -46,7 +46,7 @@ UPDATE webhook_deliveries d
    AND d.generation = %(generation)s AND d.fence_token = %(token)s
    AND d.status IN ('pending', 'attempting')
    AND d.attempts < %(max_attempts)s
-RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence,
+RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence, d.event_id,
           extract(epoch FROM coalesce(d.occurred_at, d.created_at))::float8 AS occurred_at,
           s.id AS webhook_id, s.tenant_id AS subscription_tenant_id, s.url, s.secret, s.enabled,
           s.deleted_at IS NOT NULL AS deleted, s.max_in_flight, s.rate_per_second, s.headers, d.deferrals,

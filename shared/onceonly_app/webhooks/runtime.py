@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from functools import cache
 from typing import Any
 
@@ -13,6 +14,7 @@ from onceonly_app.appdb.clients import coordination_store, db_pool
 
 from .config import WebhookConfig
 from .deliveries import DeliveryRepository
+from .endpoint_health import EndpointHealth
 from .endpoint_limits import EndpointGate
 from .sender import WebhookSender
 from .service import WebhookService
@@ -32,7 +34,10 @@ def webhook_service(logger: logging.Logger | Any | None = None) -> WebhookServic
     store = coordination_store()
     # A slot outlives the request it admits: the attempt's whole budget and the margin.
     gate = EndpointGate(store, repo.pool, config.attempt_budget + config.deadline_margin, log=logger)
-    return WebhookService(repo, store.queue(config.queue_name), sender, config, logger=logger, gate=gate)
+    queue = store.queue(config.queue_name)
+    health = EndpointHealth(repo.pool, queue, period=config.auto_disable_after, lease=config.attempt_lease,
+                            clock=time.time, log=logger or logging.getLogger(__name__))
+    return WebhookService(repo, queue, sender, config, logger=logger, gate=gate, health=health)
 
 
 @cache

@@ -32,7 +32,8 @@ from onceonly_app.budget import Budget
 
 from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
-from .deliveries import AttemptInput, DeliveryRepository, Outcome, Subscription, delivery_id_for
+from .deliveries import AttemptInput, DeliveryRepository, Outcome, Recorded, Subscription, delivery_id_for
+from .endpoint_health import EndpointHealth
 from .endpoint_limits import DEFER_RETENTION, Admission, EndpointGate
 from .endpoint_settings import request_headers
 from .lanes import run_in_lanes
@@ -74,6 +75,7 @@ class AttemptReport:
     attempt: int | None
     response_code: int | None
     next_attempt_at: float | None
+    auto_disabled: bool = False  # this attempt's failure disabled its subscription (endpoint_health.py)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class RetryReport:
     held: int = 0  # the subscription is disabled: kept until it is enabled, not attempted
     dropped: int = 0  # the subscription was deleted
     aborted: int = 0  # the receiver answered webhook-delivery: abort-message
+    auto_disabled: int = 0  # subscriptions disabled automatically: every attempt failed for the period
     deferred: int = 0  # held back by the endpoint's limit: delayed, no attempt used
     claims_contended: int = 0  # ack/retry refused: the item was re-granted meanwhile
     leases_reclaimed: int = 0  # the previous holder never recorded its outcome
@@ -111,6 +114,7 @@ class RetryReport:
 
     def count(self, report: AttemptReport) -> None:
         self.attempts.append(report)
+        self.auto_disabled += report.auto_disabled
         if not report.recorded:
             self.fenced_writes_refused += 1
         elif report.outcome == "deferred":
@@ -133,7 +137,7 @@ class WebhookService:
     def __init__(self, repo: DeliveryRepository, queue: Queue, sender: WebhookSender, config: WebhookConfig,
                  *, logger: logging.Logger | Any | None = None, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None, resolver: Resolver | None = None,
-                 gate: EndpointGate | None = None) -> None:
+                 gate: EndpointGate | None = None, health: EndpointHealth | None = None) -> None:
         self.repo = repo
         self.queue = queue
         self.sender = sender
@@ -143,6 +147,7 @@ class WebhookService:
         self.policy = RetryPolicy(config.retry_schedule, config.max_retry_after, rng)
         self.resolver = resolver
         self.gate = gate  # per-endpoint limits; None: unlimited
+        self.health = health  # failing endpoints disabled, notices sent; None: not tracked
 
     # -- dispatch -------------------------------------------------------------
     def invocation_budget(self, context: Any) -> Budget:
@@ -370,9 +375,12 @@ class WebhookService:
                                              gone_url, GONE_REASON)
         else:
             recorded = self.repo.record(delivery_id, generation, token, outcome, started)
+        auto_disabled = False
+        if recorded.recorded and delivery is not None:
+            auto_disabled = self._note_health(delivery, generation, outcome, recorded)
         report = AttemptReport(
             delivery_id, webhook_id, outcome.outcome, recorded.status, recorded.recorded,
-            recorded.attempt, outcome.response_code, recorded.next_attempt_at)
+            recorded.attempt, outcome.response_code, recorded.next_attempt_at, auto_disabled)
         self.log.log(
             logging.INFO if recorded.recorded else logging.WARNING,
             "attempt recorded" if recorded.recorded else "attempt outcome refused by the fence",
@@ -382,6 +390,31 @@ class WebhookService:
                    "error": outcome.error},
         )
         return report
+
+    def _note_health(self, delivery: AttemptInput, generation: int, outcome: Outcome, recorded: Recorded) -> bool:
+        """After a recorded outcome: a success ends the subscription's failing
+        period, a failure counts toward its automatic disable, a delivery out of
+        attempts is announced. Whether this disabled the subscription. A failure
+        here is logged, never the attempt's: its outcome is already recorded."""
+        if self.health is None:
+            return False
+        subscription = delivery.subscription
+        try:
+            if outcome.outcome == "succeeded":
+                self.health.succeeded(subscription.id, subscription.failing_since)
+                return False
+            if outcome.outcome != "failed" or not subscription.enabled:
+                return False
+            if recorded.status == "dead":
+                self.health.exhausted(delivery.id, generation, str(delivery.tenant_id), subscription.id,
+                                      delivery.event_id, delivery.event_type, outcome.response_code, outcome.error)
+            return self.health.failed(subscription.id, subscription.failing_since) is not None
+        except StoreUnavailableError:
+            raise
+        except Exception:  # noqa: BLE001 - the attempt's outcome stands; the bookkeeping is retried next failure
+            self.log.exception("endpoint health not updated", extra={"delivery_id": delivery.id,
+                                                                     "webhook_id": subscription.id})
+            return False
 
     def _out_of_attempts(self, state: dict[str, Any], generation: int, token: int) -> bool:
         """start_attempt refused: is it because every allowed attempt has started

@@ -43,6 +43,7 @@ from onceonly.stores.sqlfile import load_queries
 from onceonly_app.billing.webhook_events import EVENT_TYPES
 
 from . import deliveries, endpoint_settings, rotation
+from .endpoint_health import OPERATIONAL_EVENT_TYPES
 from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND, MIN_RATE
 from .signing import new_secret
 from .ssrf import Resolver, UnresolvableHostError, UnsafeTargetError, check_target
@@ -239,10 +240,12 @@ def check_event_types(event_types: Iterable[str] | None) -> list[str] | None:
     types = sorted({str(t).strip() for t in event_types})
     if not types:
         raise InvalidSubscriptionError("name at least one event type (or none for all)")
-    unknown = [t for t in types if t not in EVENT_TYPES]
+    # The operational types are only sent to the subscriptions that name them (endpoint_health.py).
+    known = (*EVENT_TYPES, *OPERATIONAL_EVENT_TYPES)
+    unknown = [t for t in types if t not in known]
     if unknown:
         raise InvalidSubscriptionError(f"unknown event type(s) {', '.join(map(repr, unknown))}; "
-                                       f"known: {', '.join(EVENT_TYPES)}")
+                                       f"known: {', '.join(known)}")
     return types
 
 
