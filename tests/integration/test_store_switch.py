@@ -10,7 +10,9 @@ repair by hand."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -23,8 +25,10 @@ from onceonly_app.appdb.store_switch import StackConflictError, stack_of
 from onceonly_app.billing.payment_watcher import cursor_name
 from onceonly_cli.fake_payments import FakePayments
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from tests.concurrency.race import run_workers
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support import jobs_data as data
+from tests.support.identity_workers import identify_after_start_line
 from tests.support.jobs_helpers import make_scope, payments_env
 from tests.support.jobs_workers import Replicas, scheduled_event
 from tests.support.scratch import delete_prefix, scratch_database, scratch_redis_prefix
@@ -146,16 +150,23 @@ def test_an_emptied_store_at_the_same_url_is_a_new_store(db: str, old_store: str
     assert emptied.previous.split()[1] != emptied.store.instance
 
 
-def test_the_marker_is_one_per_store_however_many_ask_at_once(old_store: str) -> None:
-    stores = [onceonly.connect(old_store) for _ in range(3)]
+def test_many_processes_asking_a_new_store_at_once_get_one_identity(old_store: str, tmp_path: Path) -> None:
+    """Schema steps (or `onceonly migrate`) of one store racing on its first
+    use: one marker is granted, every one of them reads that one."""
+    events = run_workers(identify_after_start_line, 6, tmp_path / "identify", old_store, won=lambda e: True)
+    assert len(events) == 6
+    overlapping = [(a["worker"], b["worker"]) for a in events for b in events
+                   if a["worker"] < b["worker"] and a["started"] < b["ended"] and b["started"] < a["ended"]]
+    assert overlapping, "no two workers asked at the same time"
+    assert len({e["instance"] for e in events}) == 1
+    store = onceonly.connect(old_store)
     try:
-        ids = {identify(store, old_store).instance for store in stores}
-        assert len(ids) == 1
-        state = stores[0].inspect(MARKER)
-        assert state is not None and state.owner in ids and state.busy_until > 9 * 365 * 86400
+        state = store.inspect(MARKER)
+        assert state is not None and state.owner == events[0]["instance"]
+        assert state.busy_until > time.time() + 9 * 365 * 86400  # held for ten years: never free to re-grant
+        assert identify(store, old_store).instance == state.owner  # a later caller reads the same
     finally:
-        for store in stores:
-            store.close()
+        store.close()
 
 
 def test_the_location_keeps_no_credentials() -> None:

@@ -57,7 +57,7 @@ def judge_due_days(moved: list[dict[str, Any]], last_tick: datetime, left_open: 
     zones = ", ".join(sorted({m["time_zone"] for m in moved}))
     return Invariant("no overdue before the due day ended", not bad, "; ".join(bad[:5]) or
                      f"{len(moved)} invoices moved, each after its due day ended in its tenant's zone ({zones}); "
-                     f"{left_open} due on the last run's local day left open")
+                     f"{left_open} due on the last run's local day left open", cases=bad)
 
 
 def judge_pauses(generated: list[dict[str, Any]], windows: list[dict[str, Any]]) -> Invariant:
@@ -71,7 +71,7 @@ def judge_pauses(generated: list[dict[str, Any]], windows: list[dict[str, Any]])
            if paused(g["schedule_id"], date.fromisoformat(g["period_key"]))]
     return Invariant("paused periods not billed", bool(windows) and not bad, "; ".join(bad[:5]) or (
         f"{len(generated)} invoices generated, none for a period inside the {len(windows)} pause windows"
-        if windows else "no pause window seeded"))
+        if windows else "no pause window seeded"), cases=bad)
 
 
 def judge_due_from_issue(generated: list[dict[str, Any]], ticks: list[datetime]) -> Invariant:
@@ -89,7 +89,7 @@ def judge_due_from_issue(generated: list[dict[str, Any]], ticks: list[datetime])
     late = sum(1 for g in generated if g["due_on"] > date.fromisoformat(g["period_key"]) + timedelta(g["due_days"]))
     return Invariant("due days count from the issue day", bool(late) and not bad, "; ".join(bad[:5]) or (
         f"{len(generated)} invoices generated, each due its due days after its issue day; {late} issued after "
-        "their period started (catch-up), due from then" if late else "no invoice issued late"))
+        "their period started (catch-up), due from then" if late else "no invoice issued late"), cases=bad)
 
 
 def judge_promised_dates(stored: list[dict[str, Any]], promised: dict[str, date]) -> Invariant:
@@ -100,7 +100,7 @@ def judge_promised_dates(stored: list[dict[str, Any]], promised: dict[str, date]
     missing = sorted(set(promised) - {r["id"] for r in stored})
     return Invariant("a zone change moves no promised due date", bool(stored) and not bad and not missing,
                      "; ".join((bad + [f"{m} missing" for m in missing])[:5]) or
-                     f"{len(stored)} seeded invoices keep the due dates they were issued with")
+                     f"{len(stored)} seeded invoices keep the due dates they were issued with", cases=bad)
 
 
 def judge_overdue_emails(emails: list[dict[str, Any]]) -> Invariant:
@@ -111,7 +111,7 @@ def judge_overdue_emails(emails: list[dict[str, Any]]) -> Invariant:
     cancelled = sum(1 for e in emails if e["status"] == "cancelled")
     return Invariant("no overdue e-mail for a paid invoice", not bad, "; ".join(bad[:5]) or
                      f"{len(emails)} overdue e-mails of paid invoices: {cancelled} cancelled at send time, "
-                     f"{len(emails) - cancelled} sent before the payment")
+                     f"{len(emails) - cancelled} sent before the payment", cases=bad)
 
 
 def _not_dunned(name: str, invoices: list[dict[str, Any]], what: str, *, on_time: bool = False) -> Invariant:
@@ -121,7 +121,7 @@ def _not_dunned(name: str, invoices: list[dict[str, Any]], what: str, *, on_time
            + (f", {i['late_payments']} late payments" if on_time else "") for i in invoices
            if i["status"] != "paid" or i["overdue_rows"] or i["dunning"] or (on_time and i["late_payments"])]
     return Invariant(name, bool(invoices) and not bad, "; ".join(bad[:5]) or (
-        f"{len(invoices)} {what}: each paid, never overdue, never dunned" if invoices else "none seeded"))
+        f"{len(invoices)} {what}: each paid, never overdue, never dunned" if invoices else "none seeded"), cases=bad)
 
 
 def judge_exactly_paid(invoices: list[dict[str, Any]]) -> Invariant:

@@ -90,7 +90,7 @@ def judge_credited(facts: PaymentFacts, seeded: list[SeededPayment],
     paid = sum(1 for p in seeded if p.pays)
     return Invariant("payments credited to the right invoice and asset", not bad, "; ".join(bad[:5]) or
                      f"{len(credited)} credited operations, each to its memo's invoice of the receiving account's "
-                     f"tenant, in its currency's asset; {paid} invoices paid")
+                     f"tenant, in its currency's asset; {paid} invoices paid", cases=bad)
 
 
 def judge_unmatched(facts: PaymentFacts, seeded: list[SeededPayment], baits: dict[str, str]) -> Invariant:
@@ -117,7 +117,7 @@ def judge_unmatched(facts: PaymentFacts, seeded: list[SeededPayment], baits: dic
             bad.append(f"{invoice_id} credited by {credited or 'something'} despite only a {why} payment")
     summary = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
     return Invariant("unmatched payments recorded, never credited", not bad, "; ".join(bad[:5]) or
-                     f"{summary}; {len(baits)} invoices they named stayed unpaid")
+                     f"{summary}; {len(baits)} invoices they named stayed unpaid", cases=bad)
 
 
 def judge_multi_operation(facts: PaymentFacts, seeded: list[SeededPayment]) -> Invariant:
@@ -142,7 +142,8 @@ def judge_multi_operation(facts: PaymentFacts, seeded: list[SeededPayment]) -> I
     operations = sum(len(ids) for ids in by_tx.values())
     return Invariant("multi-operation payments: each operation once", bool(by_tx) and not bad,
                      "; ".join(bad[:5]) or (f"{len(by_tx)} transactions of {operations} operations: one row each, "
-                                            "each invoice paid once" if by_tx else "no multi-operation payment seeded"))
+                                            "each invoice paid once" if by_tx else "no multi-operation payment seeded"),
+                     cases=bad)
 
 
 MERCHANT_EVENTS = """
@@ -177,7 +178,7 @@ def judge_merchant_events(events: list[dict[str, Any]], subscriptions: list[dict
                        f"{event['payload'].get('overpaid')}, remaining {event['payload'].get('amount_remaining')}")
     return Invariant("merchants told of unmatched and overpaid payments", bool(judged) and not bad,
                      "; ".join(bad[:5]) or f"{len(judged)} unmatched or overpaid payments, {told} events to the "
-                                           "subscriptions whose filters take them, none to others")
+                                           "subscriptions whose filters take them, none to others", cases=bad)
 
 
 def payment_invariants(conn: psycopg.Connection[Any], seeded: list[SeededPayment], baits: dict[str, str],
