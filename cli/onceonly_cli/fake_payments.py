@@ -24,7 +24,16 @@ The history of an account lists more than payments: ``create_account`` and
   closed), nor is any record after it (the history is in ledger order); new
   records get it as their time, and answers carry it as ``Date``;
 - :attr:`FakePayments.down` makes every request fail with 503, as in an outage;
-- every request is recorded (:attr:`FakePayments.requests`).
+- every request is recorded (:attr:`FakePayments.requests`);
+- ``GET /`` is Horizon's root resource: how far the server has ingested the
+  ledger (``history_latest_ledger``, ``history_latest_ledger_closed_at``; one
+  ledger a second here), and every answer carries it as ``Latest-Ledger``;
+  :attr:`FakePayments.ingestion_lag` (a timedelta) or
+  :attr:`FakePayments.stalled_at` (a time) keep ingestion behind the ledger's
+  time: records after the ingestion point are not listed, while the ``Date``
+  stays current, as a lagging Horizon answers;
+- ``GET /accounts/{id}/payments`` lists the records that involve that account
+  (sent to or from it, creating or merging it), ``GET /payments`` all of them.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -56,6 +65,24 @@ def _amount(value: str | Decimal) -> str:
     return f"{Decimal(value):.7f}"
 
 
+def _ledger(closed_at: datetime) -> int:
+    """The sequence number of the ledger closed at ``closed_at`` (one a second)."""
+    return int(closed_at.timestamp())
+
+
+def _account_of(path: str) -> str | None:
+    """``G…`` of ``/accounts/G…/payments``, else None."""
+    parts = path.split("/")
+    if len(parts) == 4 and parts[1] == "accounts" and parts[3] == "payments" and parts[2]:
+        return parts[2]
+    return None
+
+
+def _involved(record: dict[str, Any]) -> set[str]:
+    """The accounts a record involves (Horizon lists it in each one's history)."""
+    return {record[k] for k in ("from", "to", "account", "into", "funder") if record.get(k)}
+
+
 class FakePayments:
     def __init__(self, receiver: str | None = None, issuer: str | None = None) -> None:
         self.receiver = receiver or random_account()
@@ -68,6 +95,8 @@ class FakePayments:
         self._base = secrets.randbelow(1 << 24) << 32
         self._trickle: tuple[int, float] | None = None
         self.clock: datetime | None = None
+        self.ingestion_lag: timedelta | None = None
+        self.stalled_at: datetime | None = None
         self.down = False
         self.requests: list[dict[str, str]] = []
         self._server: ThreadingHTTPServer | None = None
@@ -139,14 +168,25 @@ class FakePayments:
         """The ledger's time: :attr:`clock`, or the real time."""
         return self.clock or datetime.now(UTC)
 
-    def page(self, cursor: str, limit: int) -> list[dict[str, Any]]:
-        """The records after ``cursor``, up to the first whose ledger has not
-        closed by :meth:`now`."""
+    def ingested_to(self) -> datetime:
+        """The close time of the latest ledger ingested: :meth:`now` (whole
+        seconds), less :attr:`ingestion_lag`, or :attr:`stalled_at` if earlier."""
+        point = self.now().replace(microsecond=0)
+        if self.ingestion_lag is not None:
+            point -= self.ingestion_lag
+        if self.stalled_at is not None:
+            point = min(point, self.stalled_at)
+        return point
+
+    def page(self, cursor: str, limit: int, account: str | None = None) -> list[dict[str, Any]]:
+        """The records after ``cursor`` (of ``account``, if given), up to the
+        first whose ledger has not been ingested by :meth:`ingested_to`."""
         after = int(cursor) if cursor else 0
-        closed = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")  # the records' own format, so it sorts as text
+        closed = self.ingested_to().strftime("%Y-%m-%dT%H:%M:%SZ")  # the records' own format: sorts as text
         with self._lock:
             later = (r for r in self._records if int(r["paging_token"]) > after)
-            return [dict(r) for r in itertools.takewhile(lambda r: r["created_at"] <= closed, later)][:limit]
+            ingested = itertools.takewhile(lambda r: r["created_at"] <= closed, later)
+            return [dict(r) for r in ingested if account is None or account in _involved(r)][:limit]
 
     # -- server ----------------------------------------------------------------
     @property
@@ -196,16 +236,22 @@ class FakePayments:
             self.requests.append(query)
         if self.down:
             return self._send(request, 503, {"title": "Service Unavailable", "status": 503})
-        if parts.path != "/payments":
+        if parts.path == "/":
+            ingested = self.ingested_to()
+            return self._send(request, 200, {"history_latest_ledger": _ledger(ingested),
+                                             "history_latest_ledger_closed_at": ingested.strftime(
+                                                 "%Y-%m-%dT%H:%M:%SZ")})
+        account = _account_of(parts.path)
+        if parts.path != "/payments" and account is None:
             return self._send(request, 404, {"title": "Resource Missing", "status": 404})
         order, cursor, limit_text = query.get("order", "asc"), query.get("cursor", ""), query.get("limit", "10")
         if order != "asc" or not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIMIT \
                 or not (cursor == "" or cursor.isdigit()):
             return self._send(request, 400, {"title": "Bad Request", "status": 400,
                                              "detail": "order=asc, limit 1-200 and a numeric cursor only"})
-        records = self.page(cursor, int(limit_text))
+        records = self.page(cursor, int(limit_text), account)
         next_cursor = records[-1]["paging_token"] if records else cursor
-        base = f"{self.url}/payments?"
+        base = f"{self.url}{parts.path}?"
         body = {
             "_links": {
                 "self": {"href": base + urlencode({"cursor": cursor, "limit": limit_text, "order": "asc"})},
@@ -220,6 +266,7 @@ class FakePayments:
         trickle = self._trickle
         request.send_response(status)
         request.send_header("Content-Type", "application/hal+json")
+        request.send_header("Latest-Ledger", str(_ledger(self.ingested_to())))
         request.send_header("Content-Length", str(len(data)))
         request.end_headers()
         if trickle is None:

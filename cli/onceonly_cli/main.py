@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="domain PostgreSQL URL (default: $DATABASE_URL, else a local PostgreSQL)")
     rotate.add_argument("--overlap", type=_non_negative_float, default=None, metavar="SECONDS",
                         help="how long the old secret still signs (default 86400: a day)")
+    rotate.add_argument("--secret", metavar="whsec_…",
+                        help="sign with this secret instead of a fresh one (migrating from another sender)")
 
     from .subscriptions_command import add_subscriptions_parser
 

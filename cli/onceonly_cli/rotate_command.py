@@ -28,8 +28,9 @@ def rotate_secret_command(args: argparse.Namespace) -> int:
     check_database(database_url)
     with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
         try:
-            secret = rotate_secret(conn, args.webhook_id, overlap=overlap, actor=default_actor())
-        except (UnknownSubscriptionError, SubscriptionDeletedError) as exc:
+            secret = rotate_secret(conn, args.webhook_id, overlap=overlap, actor=default_actor(),
+                                   secret=args.secret)
+        except (UnknownSubscriptionError, SubscriptionDeletedError, ValueError) as exc:
             raise CliError(str(exc)) from None
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             raise missing_tables(exc) from None

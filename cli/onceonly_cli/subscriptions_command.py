@@ -1,9 +1,11 @@
 """`onceonly subscriptions ACTION …`: add, list, show, update, rotate-secret,
-disable, enable or delete a webhook subscription without SQL
-(onceonly_app.webhooks.subscriptions does the work and records who changed
-what; this is the wiring). One function per action in ACTIONS: a new action is
-a new entry. Each returns a Done: its data (what --json prints) and its text
-(what the terminal shows, with rich)."""
+read the secret, disable, enable, delete, recover or replay a webhook
+subscription, list its attempts, or set a tenant's operational contact,
+without SQL (onceonly_app.webhooks.subscriptions, recovery, attempts and
+endpoint_health do the work and record who changed what; this is the
+wiring). One function per action in ACTIONS: a new action is a new entry.
+Each returns a Done: its data (what --json prints) and its text (what the
+terminal shows, with rich)."""
 
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def _event_types(text: str) -> list[str]:
 def add_subscriptions_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser, str], None],
                              non_negative_float: Callable[[str], float]) -> None:
     subscriptions = commands.add_parser("subscriptions", help="manage webhook subscriptions: add, list, show, "
-                                                              "update, rotate-secret, disable, enable, delete")
+                                                              "update, rotate-secret, secret, disable, enable, "
+                                                              "delete, recover, replay, attempts, contact")
     actions = subscriptions.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="subscribe a URL to a tenant's events; prints its whsec_ secret once")
     add.add_argument("--tenant", required=True, help="the tenant whose events it receives")

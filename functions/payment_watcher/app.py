@@ -53,5 +53,7 @@ def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[st
                         ("payments_overpaid", result.overpaid), ("payments_late", result.late),
                         ("webhook_events_sent", result.webhooks.get("sent", 0))):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    if result.feed_lag_seconds is not None:  # how far the payments source's ingestion is behind (alarmed)
+        metrics.add_metric(name="payments_feed_lag_seconds", unit=MetricUnit.Seconds, value=result.feed_lag_seconds)
     logger.info("payments polled", extra={**result.as_dict(), "token": tick.token})
     return result.as_dict()

@@ -70,7 +70,7 @@ def test_overdue_killed_run_is_taken_over(scope_on: Any, replicas: Replicas, job
     scope, store = scope_on("redis")
     with data.connect(jobs_db) as conn:
         late = sorted(data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z") for _ in range(2))
-        data.ledger_read(conn, scope.job)  # the scope's payment watcher is not behind
+        data.ledger_read(conn, scope.job, tenant=scope.tenant)  # the scope's payment watcher is not behind
 
     outcome = kill_mid_job_then_retry(replicas, store, scope, "overdue_invoices", "overdue.before_transitions")
 

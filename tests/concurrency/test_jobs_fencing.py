@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import onceonly
+from onceonly_app.billing.payment_watcher import cursor_name
 from onceonly_cli.fake_payments import FakePayments
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import drain_queue, make_scope, payments_env
@@ -41,7 +42,7 @@ def test_paused_overdue_run_cannot_commit_its_transitions(
     store.setup()
     with data.connect(jobs_db) as conn:
         late = sorted(data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z") for _ in range(3))
-        data.ledger_read(conn, scope.job)  # the scope's payment watcher is not behind
+        data.ledger_read(conn, scope.job, tenant=scope.tenant)  # the scope's payment watcher is not behind
     event = scheduled_event("overdue_invoices", "2026-11-29T02:00:00Z")
 
     paused = replicas.start(scope.invocation("overdue_invoices", event, **SHORT), name="paused",
@@ -77,6 +78,7 @@ def test_paused_poller_cannot_commit_its_cursor(
                     for _ in range(2)]
         webhook = data.add_subscription(conn, scope.tenant)
         data.add_receiving_account(conn, scope.tenant, fake_payments.receiver)
+    cursor_row = cursor_name(scope.job, fake_payments.receiver)  # the receiving account's feed
     records = [fake_payments.add(memo=i, amount="7") for i in invoices]
     pay_env = payments_env(fake_payments, sqs_queue)
 
@@ -99,7 +101,7 @@ def test_paused_poller_cannot_commit_its_cursor(
         assert stale["status"] == "superseded"
         with data.connect(jobs_db) as conn:
             cursor = data.rows(conn, "SELECT cursor, fence_token FROM payment_cursors WHERE poller = %s",
-                               scope.job)
+                               cursor_row)
             applied = data.rows(conn, "SELECT 1 FROM payments WHERE poller = %s", scope.job)
         assert cursor == [{"cursor": "", "fence_token": 2}] and applied == []  # A moved nothing
 
@@ -110,7 +112,7 @@ def test_paused_poller_cannot_commit_its_cursor(
 
     assert current["status"] == "ran" and current["result"]["payments_applied"] == 2
     with data.connect(jobs_db) as conn:
-        cursor = data.rows(conn, "SELECT cursor, fence_token FROM payment_cursors WHERE poller = %s", scope.job)
+        cursor = data.rows(conn, "SELECT cursor, fence_token FROM payment_cursors WHERE poller = %s", cursor_row)
         payments = data.rows(conn, "SELECT fence_token FROM payments WHERE poller = %s", scope.job)
         effects = data.invoice_effects(conn, scope.tenant)
     assert cursor == [{"cursor": records[-1]["paging_token"], "fence_token": 2}]

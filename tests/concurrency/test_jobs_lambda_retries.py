@@ -103,7 +103,7 @@ def outcome_of(replicas: Replicas, proc: Any, name: str) -> dict[str, Any]:
 @pytest.fixture
 def overdue_invoices(job_scope: JobScope, jobs_db: str) -> list[str]:
     with data.connect(jobs_db) as conn:
-        data.ledger_read(conn, job_scope.job)  # the scope's payment watcher is not behind
+        data.ledger_read(conn, job_scope.job, tenant=job_scope.tenant)  # the scope's payment watcher is not behind
         return sorted(data.add_invoice(conn, job_scope.tenant, due_at="2026-11-01T00:00:00Z") for _ in range(2))
 
 

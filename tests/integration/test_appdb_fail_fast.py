@@ -48,7 +48,7 @@ def test_job_on_a_dead_domain_database_fails_fast_and_its_replay_runs_once(
     tenant = f"tenant-{unique}"
     with data.connect(jobs_db) as conn:
         data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
-        data.ledger_read(conn, unique)
+        data.ledger_read(conn, unique, tenant=tenant)
 
     def tick() -> dict[str, object]:
         return run_tick(pg_store, unique, "2026-11-29T02:00:00Z", lambda t: overdue.run(

@@ -18,7 +18,7 @@ import onceonly
 from onceonly_app.billing import overdue, payment_watcher, recurring
 from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.payments_api import PaymentsClient
-from onceonly_cli.fake_payments import FakePayments
+from onceonly_cli.fake_payments import FakePayments, random_account
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, drain_queue, new_id
 from tests.support.jobs_inprocess import run_tick
@@ -79,7 +79,7 @@ class Billing:
 
     def ledger_read(self, until: datetime | str = "infinity") -> None:
         with data.connect(self.db) as conn:
-            data.ledger_read(conn, f"{self.job}-watcher", until)
+            data.ledger_read(conn, f"{self.job}-watcher", until, tenant=self.tenant)
 
     def pay(self, invoice: str, amount: str, at: datetime | None = None) -> None:
         self.fake.add(memo=invoice, amount=amount, asset_code="USDC", created_at=at)
@@ -350,3 +350,89 @@ def test_an_invoice_id_a_memo_cannot_carry_is_refused_at_creation(billing: Billi
         data.add_invoice(conn, billing.tenant, due_at="2099-01-01T00:00:00Z", invoice_id="i" * 28)  # fits
         with pytest.raises(psycopg.errors.CheckViolation, match="invoices_id_fits_a_memo"):
             data.add_invoice(conn, billing.tenant, due_at="2099-01-01T00:00:00Z", invoice_id="é" * 15)  # 30 bytes
+
+
+# -- the ledger position is what the source ingested ----------------------------------------------------------------
+
+def test_a_stalled_feed_never_duns_and_its_lag_is_reported(billing: Billing) -> None:
+    """The payments API is up, answers "nothing new" with a current Date, but
+    its ingestion stalled before the due day ended; the customer paid on the
+    due day. The invoice is held (and counted), not dunned; once ingestion
+    resumes the payment is seen, on time."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    due_on = (now - timedelta(days=1)).date()
+    day_start = datetime.combine(due_on, datetime.min.time(), UTC)
+    with data.connect(billing.db) as conn:
+        invoice = data.add_invoice(conn, billing.tenant, due_at=day_start, amount_cents=10_00)
+    billing.fake.stalled_at = day_start + timedelta(hours=12)
+    billing.pay(invoice, "10", at=day_start + timedelta(hours=20))  # on the due day, not ingested yet
+
+    stalled = billing.watch()
+    held = billing.dun(now)
+
+    assert stalled["payments_applied"] == 0 and stalled["feed_lag_seconds"] > 11 * 3600
+    assert (held.transitioned, held.held) == (0, 1)
+    assert billing.status(invoice)["status"] == "open"
+    billing.fake.stalled_at = None
+    caught_up = billing.watch()
+    assert (caught_up["invoices_paid"], caught_up["late"]) == (1, 0) and caught_up["feed_lag_seconds"] < 5
+    assert billing.dun(now + timedelta(hours=1)).transitioned == 0
+    assert billing.sql("SELECT count(*) AS n FROM notifications WHERE invoice_id = %s AND kind = 'invoice.overdue'",
+                       invoice) == [{"n": 0}]
+
+
+def test_an_up_to_date_feed_duns_what_is_past_due_and_counts_nothing_held(billing: Billing) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    with data.connect(billing.db) as conn:
+        invoice = data.add_invoice(conn, billing.tenant, due_at=now - timedelta(days=3), amount_cents=10_00)
+    billing.watch()
+    run = billing.dun(now - timedelta(seconds=2))  # the watcher read up to about now
+    assert (run.transitioned, run.held) == (1, 0) and billing.status(invoice)["status"] == "overdue"
+
+
+def test_a_due_day_that_just_ended_is_held_but_not_counted(billing: Billing) -> None:
+    """The hourly run right after midnight: an up-to-date watcher has read to a
+    few seconds before it. Held (the next run moves it), not a lagging feed."""
+    with data.connect(billing.db) as conn:
+        invoice = data.add_invoice(conn, billing.tenant, due_at="2026-06-14T00:00:00Z")
+    billing.ledger_read("2026-06-14T23:59:55Z")
+    at_midnight = billing.dun("2026-06-15T00:00:00Z")
+    assert (at_midnight.transitioned, at_midnight.held) == (0, 0) and billing.status(invoice)["status"] == "open"
+    billing.ledger_read("2026-06-15T00:59:55Z")
+    assert billing.dun("2026-06-15T01:00:00Z").transitioned == 1
+
+
+def test_each_receiving_account_is_its_own_feed_and_hold(billing: Billing) -> None:
+    """A tenant with two receiving accounts is dunned only once BOTH feeds have
+    read past the due day: the payment to the second account is seen on its
+    own feed, and its invoice is paid, not dunned."""
+    second = random_account()
+    with data.connect(billing.db) as conn:
+        data.add_receiving_account(conn, billing.tenant, second)
+        paid_on_the_second = data.add_invoice(conn, billing.tenant, due_at="2026-06-14T00:00:00Z", amount_cents=3_00)
+        unpaid = data.add_invoice(conn, billing.tenant, due_at="2026-06-14T00:00:00Z", amount_cents=3_00)
+    billing.fake.add(memo=paid_on_the_second, amount="3", asset_code="USDC", to=second,
+                     created_at=datetime(2026, 6, 14, 12, tzinfo=UTC))
+    first_feed = payment_watcher.cursor_name(f"{billing.job}-watcher", billing.fake.receiver)
+    billing.sql("INSERT INTO payment_cursors (poller, cursor, fence_token, ledger_read_to)"
+                " VALUES (%s, '', 0, 'infinity')", first_feed)  # the first account's feed is read to its end
+
+    only_one_feed = billing.dun("2026-06-16T00:00:00Z")
+    result = billing.watch()
+    both = billing.dun("2026-06-16T01:00:00Z")
+
+    assert (only_one_feed.transitioned, only_one_feed.held) == (0, 2)
+    assert result["feeds"] == 2 and result["invoices_paid"] == 1
+    assert both.transitioned == 1
+    assert [billing.status(i)["status"] for i in (paid_on_the_second, unpaid)] == ["paid", "overdue"]
+
+
+def test_a_tenant_with_no_feed_is_held_never_dunned_blind(billing: Billing, jobs_db: str, unique: str) -> None:
+    no_account = f"tenant-nofeed-{unique}"
+    with data.connect(jobs_db) as conn:
+        invoice = data.add_invoice(conn, no_account, due_at="2026-06-01T00:00:00Z")
+    billing.ledger_read()  # every feed there is has been read to its end
+    run = billing._tick("overdue-nofeed", "2026-06-16T00:00:00Z", lambda t: overdue.run(
+        billing.pool, t, watcher=f"{billing.job}-watcher", tenant=no_account))
+    assert (run.transitioned, run.held) == (0, 1)
+    assert billing.sql("SELECT status FROM invoices WHERE id = %s", invoice) == [{"status": "open"}]

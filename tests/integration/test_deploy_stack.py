@@ -238,14 +238,21 @@ def test_the_dispatch_function_is_capped_by_its_parameters() -> None:
     assert default["Parameters"]["DispatchMaximumConcurrency"]["MinValue"] >= 2
 
 
+def _watched(alarm: dict[str, Any]) -> list[tuple[str, str]]:
+    """(metric, its first dimension's value) of an alarm on one metric, or of
+    each metric a metric-math alarm reads."""
+    stats = [alarm] if "MetricName" in alarm else \
+        [m["MetricStat"]["Metric"] for m in alarm.get("Metrics", []) if "MetricStat" in m]
+    return [(stat["MetricName"], value.get("Ref") if isinstance(value := stat["Dimensions"][0]["Value"], dict)
+             else value) for stat in stats]
+
+
 def test_alarms_notify_the_topic_and_cover_every_function() -> None:
     deployed = _deployed(AlarmEmail="ops@example.com")
     alarms = _of_type(deployed, "AWS::CloudWatch::Alarm")
     for name, alarm in alarms.items():
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
-    watched = {(a["Properties"]["MetricName"], a["Properties"]["Dimensions"][0]["Value"].get("Ref")
-                if isinstance(a["Properties"]["Dimensions"][0]["Value"], dict) else
-                a["Properties"]["Dimensions"][0]["Value"]) for a in alarms.values()}
+    watched = {watch for a in alarms.values() for watch in _watched(a["Properties"])}
     functions = [n for n in _of_type(deployed, "AWS::Lambda::Function") if n != "SchemaMigrationFunction"]
     for function in functions:
         assert ("Errors", function) in watched and ("Throttles", function) in watched, function
@@ -253,7 +260,7 @@ def test_alarms_notify_the_topic_and_cover_every_function() -> None:
         assert ("ticks_failed", service) in watched
     # "No tick ran" for every scheduled job: a disabled rule or failing invocations page someone.
     stale = {a["Properties"]["Dimensions"][0]["Value"]: a["Properties"] for a in alarms.values()
-             if a["Properties"]["ComparisonOperator"] == "LessThanThreshold"}
+             if a["Properties"]["ComparisonOperator"] == "LessThanThreshold" and "MetricName" in a["Properties"]}
     assert sorted(stale) == ["notifications", "overdue-invoices", "payment-watcher", "recurring-billing",
                              "webhook-retry"]
     for service, alarm in stale.items():
@@ -264,7 +271,7 @@ def test_alarms_notify_the_topic_and_cover_every_function() -> None:
     for service, interval in SCHEDULE_SECONDS.items():
         assert interval < window[service] <= interval + 3600, service  # longer than one interval, not much
     assert ("notifications_failed", "notifications") in watched
-    metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
+    metrics = {metric for metric, _ in watched}
     assert {"ApproximateAgeOfOldestMessage", "ApproximateNumberOfMessagesVisible"} <= metrics
     subscription = next(iter(_of_type(deployed, "AWS::SNS::Subscription").values()))["Properties"]
     assert subscription == {"TopicArn": {"Ref": "AlarmTopic"}, "Protocol": "email", "Endpoint": {"Ref": "AlarmEmail"}}

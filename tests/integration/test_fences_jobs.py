@@ -137,7 +137,7 @@ class TickJob:
 
 
 def _seed_overdue(conn: psycopg.Connection[Any], tenant: str) -> None:
-    data.ledger_read(conn, f"watcher-{tenant}")  # the tenant's payment watcher is not behind
+    data.ledger_read(conn, f"watcher-{tenant}", tenant=tenant)  # the tenant's payment watcher is not behind
     for _ in range(3):
         data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
 
@@ -274,7 +274,8 @@ class PaymentsPages:
         self.during_page = during_page
         self.asked: list[str] = []
 
-    def page(self, cursor: str, limit: int = 200, *, timeout: float | None = None) -> Page:
+    def page(self, cursor: str, limit: int = 200, *, timeout: float | None = None,
+             account: str | None = None) -> Page:
         self.asked.append(cursor)
         if self.during_page is not None:
             hook, self.during_page = self.during_page, None
@@ -326,6 +327,7 @@ class Pollers:
         self.db, self.job, self.tenant = db, f"poller-{unique}", f"tenant-{unique}"
         self.sqs, self.sqs_queue = aws_client("sqs", moto_endpoint), sqs_queue
         receiver, issuer = account_id(), account_id()
+        self.cursor_row = payment_watcher.cursor_name(self.job, receiver)  # the receiving account's feed
         self.accepted = AcceptedAssets.parse(f"USD=USD:{issuer}")
         with data.connect(db) as conn:
             invoices = [data.add_invoice(conn, self.tenant, due_at="2026-12-01T00:00:00Z", amount_cents=700)
@@ -364,7 +366,8 @@ class Pollers:
 
     def cursor(self) -> tuple[str, int]:
         with data.connect(self.db) as conn:
-            (row,) = data.rows(conn, "SELECT cursor, fence_token FROM payment_cursors WHERE poller = %s", self.job)
+            (row,) = data.rows(conn, "SELECT cursor, fence_token FROM payment_cursors WHERE poller = %s",
+                               self.cursor_row)
         return row["cursor"], row["fence_token"]
 
     def payment_tokens(self) -> list[int]:

@@ -65,7 +65,7 @@ def test_webhook_dispatch_and_retry_through_pgbouncer(
 def test_overdue_invoices_job_through_pgbouncer(
         pooled_db_pool: ConnectionPool, pooled_store: onceonly.Store, jobs_db: str, unique: str) -> None:
     with data.connect(jobs_db) as conn:
-        data.ledger_read(conn, unique)  # the payment watcher has read the ledger: dunning is not held back
+        data.ledger_read(conn, unique, tenant=f"tenant-{unique}")  # the watcher has read the ledger: not held
     overdue_moves_each_invoice_once(pooled_db_pool, pooled_store, jobs_db, unique)
 
 

@@ -101,7 +101,7 @@ def test_an_overdue_email_is_not_sent_once_its_invoice_was_paid(
     tenant = f"tenant-{unique}"
     with data.connect(jobs_db) as conn:
         paid, unpaid = (data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z") for _ in range(2))
-        data.ledger_read(conn, unique)
+        data.ledger_read(conn, unique, tenant=tenant)
     run_tick(pg_store, f"{unique}-overdue", "2026-11-29T02:00:00Z", lambda t: overdue.run(
         pool, t, watcher=unique, tenant=tenant))
     with data.connect(jobs_db) as conn:  # paid after the e-mail was queued, before it was sent

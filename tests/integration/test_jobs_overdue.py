@@ -24,7 +24,7 @@ def ledger_read(jobs_db: str, unique: str) -> None:
     """The test's payment watcher (named like its overdue job) has read the
     whole ledger: these tests are about due days, not about waiting for it."""
     with data.connect(jobs_db) as conn:
-        data.ledger_read(conn, unique)
+        data.ledger_read(conn, unique, tenant=f"tenant-{unique}")
 
 
 def test_moves_open_invoices_due_before_the_tick_and_records_each_once(
@@ -81,7 +81,7 @@ def test_real_handler_skips_a_duplicate_tick_and_refuses_a_malformed_event(
     scope = make_scope(jobs_db, postgres_url, moto_endpoint, ses_sender, unique)
     with data.connect(jobs_db) as conn:
         data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z")
-        data.ledger_read(conn, scope.job)  # the scope's payment watcher (named like the scope's jobs)
+        data.ledger_read(conn, scope.job, tenant=scope.tenant)  # the scope's watcher (named like its jobs)
     tick = "2026-11-29T02:00:00Z"
     not_scheduled = {**scheduled_event("overdue_invoices", tick), "source": "aws.s3"}
 

@@ -56,6 +56,7 @@ class Watcher:
         self.sqs = aws_client("sqs", moto_endpoint)
         self.queue_url = queue_url
         self.minute = 0
+        self.cursor_row = payment_watcher.cursor_name(job, fake.receiver)  # the receiving account's feed
         with data.connect(jobs_db) as conn:
             data.add_receiving_account(conn, self.tenant, fake.receiver)
 
@@ -112,10 +113,10 @@ def test_pages_through_the_cursor_and_applies_each_payment_once(
     assert (first["pages"], first["payments_applied"], first["invoices_paid"]) == (4, 5, 5)
     assert (again["payments_applied"], again["webhooks"]) == (0, {"sent": 0, "failed": 0, "out_of_time": False})
     tokens = [r["paging_token"] for r in records]
-    asked = [r["cursor"] for r in fake_payments.requests]
+    asked = [r["cursor"] for r in fake_payments.requests if "cursor" in r]  # the pages, not the root resource
     assert asked[:4] == ["", tokens[1], tokens[3], failed["paging_token"]]  # followed the cursor, page by page
     with data.connect(jobs_db) as conn:
-        (cursor,) = data.rows(conn, "SELECT cursor FROM payment_cursors WHERE poller = %s", watcher.job)
+        (cursor,) = data.rows(conn, "SELECT cursor FROM payment_cursors WHERE poller = %s", watcher.cursor_row)
         effects = data.invoice_effects(conn, tenant)
     assert cursor["cursor"] == failed["paging_token"]  # past the skipped record
     assert len(payment_rows(jobs_db, watcher.job)) == 5
@@ -144,7 +145,7 @@ def test_a_payment_seen_again_is_not_applied_again(
 
     first = watcher.tick()
     with data.connect(jobs_db) as conn:  # e.g. a cursor restored from a backup
-        conn.execute("UPDATE payment_cursors SET cursor = '' WHERE poller = %s", (watcher.job,))
+        conn.execute("UPDATE payment_cursors SET cursor = '' WHERE poller = %s", (watcher.cursor_row,))
     replay = watcher.tick()
 
     assert (first["payments_applied"], first["invoices_paid"], first["unmatched"]) == (3, 1, 1)
@@ -214,7 +215,8 @@ def test_records_that_are_not_payments_to_us_are_skipped_and_the_cursor_moves_pa
     others = [
         *fake_payments.add_transaction([fake_payments.create_account("10")]),  # no amount: a starting balance
         *fake_payments.add_transaction([fake_payments.account_merge()]),
-        fake_payments.add(memo=invoice, amount="7", to=random_account()),  # sent FROM our account to another
+        *fake_payments.add_transaction([fake_payments.payment("7", to=random_account(), sender=fake_payments.receiver)],
+                                       memo=invoice),  # sent FROM our account to another
     ]
     payment = fake_payments.add(memo=invoice, amount="7")
 

@@ -10,7 +10,9 @@ repair by hand."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,10 +22,13 @@ import onceonly
 from onceonly_app.appdb.schema import apply_schema
 from onceonly_app.appdb.store_identity import MARKER, identify, location
 from onceonly_app.appdb.store_switch import StackConflictError, stack_of
+from onceonly_app.billing.payment_watcher import cursor_name
 from onceonly_cli.fake_payments import FakePayments
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from tests.concurrency.race import run_workers
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support import jobs_data as data
+from tests.support.identity_workers import identify_after_start_line
 from tests.support.jobs_helpers import make_scope, payments_env
 from tests.support.jobs_workers import Replicas, scheduled_event
 from tests.support.scratch import delete_prefix, scratch_database, scratch_redis_prefix
@@ -90,7 +95,8 @@ def test_a_new_store_loses_no_payment_and_no_retry(
     pay_env = payments_env(fake_payments, sqs_queue)
     for minute in (1, 2, 3):
         assert watcher_tick(replicas, old_scope, minute, pay_env)["status"] == "ran"
-    (old_fence,) = fences(db, old_scope.job)
+    cursor = cursor_name(old_scope.job, fake_payments.receiver)  # the receiving account's feed
+    (old_fence,) = fences(db, cursor)
     assert old_fence >= 3
 
     # Webhooks on the old store: the first attempt fails, the retry waits in the old store's queue.
@@ -104,7 +110,7 @@ def test_a_new_store_loses_no_payment_and_no_retry(
     switched = apply_schema(db, new_store, stack=stack_of(STACK)).store_switch
     assert switched.action == "switched" and switched.store.kind == "postgresql", switched
     assert switched.cursors_reset == 1 and switched.deliveries_requeued == 1, switched
-    assert fences(db, old_scope.job) == [0]
+    assert fences(db, cursor) == [0]
     again = apply_schema(db, new_store, stack=stack_of(STACK)).store_switch  # the next deploy: nothing to do
     assert again.action == "unchanged" and again.deliveries_requeued == 0
     with data.connect(db) as conn:
@@ -144,16 +150,23 @@ def test_an_emptied_store_at_the_same_url_is_a_new_store(db: str, old_store: str
     assert emptied.previous.split()[1] != emptied.store.instance
 
 
-def test_the_marker_is_one_per_store_however_many_ask_at_once(old_store: str) -> None:
-    stores = [onceonly.connect(old_store) for _ in range(3)]
+def test_many_processes_asking_a_new_store_at_once_get_one_identity(old_store: str, tmp_path: Path) -> None:
+    """Schema steps (or `onceonly migrate`) of one store racing on its first
+    use: one marker is granted, every one of them reads that one."""
+    events = run_workers(identify_after_start_line, 6, tmp_path / "identify", old_store, won=lambda e: True)
+    assert len(events) == 6
+    overlapping = [(a["worker"], b["worker"]) for a in events for b in events
+                   if a["worker"] < b["worker"] and a["started"] < b["ended"] and b["started"] < a["ended"]]
+    assert overlapping, "no two workers asked at the same time"
+    assert len({e["instance"] for e in events}) == 1
+    store = onceonly.connect(old_store)
     try:
-        ids = {identify(store, old_store).instance for store in stores}
-        assert len(ids) == 1
-        state = stores[0].inspect(MARKER)
-        assert state is not None and state.owner in ids and state.busy_until > 9 * 365 * 86400
+        state = store.inspect(MARKER)
+        assert state is not None and state.owner == events[0]["instance"]
+        assert state.busy_until > time.time() + 9 * 365 * 86400  # held for ten years: never free to re-grant
+        assert identify(store, old_store).instance == state.owner  # a later caller reads the same
     finally:
-        for store in stores:
-            store.close()
+        store.close()
 
 
 def test_the_location_keeps_no_credentials() -> None:

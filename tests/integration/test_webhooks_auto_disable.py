@@ -21,6 +21,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 import onceonly
+from onceonly_app.billing import notifications
+from onceonly_app.billing.config import NotificationSettings
+from onceonly_app.billing.ses import SesNotifier
 from onceonly_app.budget import Budget
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.config import WebhookConfig
@@ -36,6 +39,8 @@ from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.service import WebhookService
 from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
 from tests.e2e.cli_support import run_cli
+from tests.support.jobs_helpers import aws_client, sent_emails
+from tests.support.jobs_inprocess import run_tick
 from tests.support.subscription_fixtures import add_subscription
 from tests.support.webhooks import (
     context,
@@ -111,12 +116,13 @@ def _mails(conn: psycopg.Connection, tenant: str) -> list[dict[str, Any]]:
 
 def test_a_subscription_failing_for_five_days_is_disabled_with_notice_and_its_events_are_held(
         webhook_db: str, conn: psycopg.Connection, tenant: str, pool: ConnectionPool, pg_store: onceonly.Store,
-        receiver: WebhookReceiver) -> None:
+        receiver: WebhookReceiver, moto_endpoint: str, ses_sender: str) -> None:
     clock = Clock()
     service = _service(pool, pg_store, new_id("q"), clock)
     failing, _ = add_subscription(conn, tenant, receiver, FAILING)
     ops_id, _ = add_subscription(conn, tenant, receiver, event_types=OPERATIONAL)
-    assert set_contact(conn, tenant, "ops@merchant.test")
+    contact = f"ops@{tenant}.test"
+    assert set_contact(conn, tenant, contact)
     ops_endpoint = subscriptions.show(conn, ops_id)["url"].rsplit("/", 1)[1]
 
     first = _dispatch(service, failing, tenant)  # fails: the failing period starts now
@@ -144,8 +150,17 @@ def test_a_subscription_failing_for_five_days_is_disabled_with_notice_and_its_ev
     assert notice["type"] == ENDPOINT_DISABLED and notice["data"]["subscription_id"] == failing
     assert notice["data"]["trigger"] == "automatic"
     (mail,) = _mails(conn, tenant)
-    assert (mail["kind"], mail["recipient"], mail["status"]) == (ENDPOINT_DISABLED, "ops@merchant.test", "pending")
+    assert (mail["kind"], mail["recipient"], mail["status"]) == (ENDPOINT_DISABLED, contact, "pending")
     assert failing in mail["subject"] and "enable" in mail["body_text"]
+    # The notifications job sends it through SES (moto), as any other e-mail of the outbox.
+    ses = SesNotifier(aws_client("ses", moto_endpoint), ses_sender)
+    settings = NotificationSettings(sender=ses_sender, claim_ttl=30.0, max_attempts=3, batch_size=10,
+                                    retry_schedule=(60.0,))
+    sent = run_tick(pg_store, new_id("notifications"), "2026-12-02T10:05:00Z",
+                    lambda tick: notifications.run(pool, tick, ses, settings, tenant=tenant))["result"]
+    assert sent.sent == 1 and _mails(conn, tenant)[0]["status"] == "sent"
+    (email,) = sent_emails(f"@{tenant}.test")
+    assert email.destinations["ToAddresses"] == [contact] and failing in email.subject
     # Nothing is sent twice: a later failure of the (now disabled) subscription disables and announces nothing.
     service.health.failed(failing, since.timestamp())  # type: ignore[union-attr]
     assert len(_mails(conn, tenant)) == 1 and [c["action"] for c in subscriptions.show(conn, failing)["changes"]
@@ -181,7 +196,7 @@ def test_a_message_out_of_attempts_is_announced_once_and_a_notice_never_announce
     failing, _ = add_subscription(conn, tenant, receiver, FAILING)
     # An operational endpoint that fails too: its own notices run out of attempts, unannounced.
     ops_id, _ = add_subscription(conn, tenant, receiver, FAILING, event_types=[MESSAGE_EXHAUSTED])
-    assert set_contact(conn, tenant, "ops@merchant.test")
+    assert set_contact(conn, tenant, f"ops@{tenant}.test")
     delivery_id = _dispatch(service, failing, tenant)
     notice_id = delivery_id_for(ops_id, f"{MESSAGE_EXHAUSTED}:{delivery_id}:0")
     _drain(service, lambda: deliveries(webhook_db, [delivery_id, notice_id]).get(notice_id, {}).get("status")

@@ -248,4 +248,9 @@ def test_the_cli_sets_headers_and_secrets_and_prints_the_secret_audited(
     assert done.returncode != 0 and "24-64 bytes" in one_line_error(done)
     done = run_cli("subscriptions", "update", webhook_id, "--header", "Host: evil.test", *base)
     assert done.returncode != 0 and "cannot be overridden" in one_line_error(done)
-    assert [row["action"] for row in _audit(conn, webhook_id)] == ["add", "secret-read", "configure"]
+    rotated = new_secret()  # the top-level rotate-secret takes a supplied secret too
+    done = run_cli("rotate-secret", webhook_id, "--secret", rotated, "--database", webhook_db)
+    assert done.returncode == 0 and done.stdout.strip() == rotated, done.stderr
+    assert subscription(webhook_db, webhook_id)["secret"] == rotated
+    assert [row["action"] for row in _audit(conn, webhook_id)] == ["add", "secret-read", "configure",
+                                                                   "rotate-secret"]

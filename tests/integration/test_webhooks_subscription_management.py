@@ -262,7 +262,7 @@ def test_the_overdue_job_emits_invoice_overdue_only_to_subscriptions_that_want_i
     paid_only = subscriptions.add(conn, tenant, "http://127.0.0.1:9/", ["invoice.paid"], allow_http_hosts=LOCAL).id
     invoice = jobs_data.add_invoice(conn, tenant, due_at="2026-11-01T00:00:00Z")
     job = new_id("overdue")
-    jobs_data.ledger_read(conn, job)  # the payment watcher has read the whole ledger: nothing waits for it
+    jobs_data.ledger_read(conn, job, tenant=tenant)  # the watcher has read the whole ledger: nothing waits
     with ConnectionPool(webhook_db, min_size=0, max_size=1, open=True) as pool:
         run_tick(pg_store, job, "2026-11-29T02:00:00Z", lambda t: overdue.run(pool, t, watcher=job, tenant=tenant))
     rows = conn.execute("SELECT webhook_id, event_id, event_type, payload FROM webhook_outbox WHERE tenant_id = %s",

@@ -113,8 +113,19 @@ def notification_rows(conn: psycopg.Connection[Any], tenant: str) -> list[dict[s
                       "  FROM notifications n WHERE n.tenant_id = %s ORDER BY n.notification_key", tenant)
 
 
-def ledger_read(conn: psycopg.Connection[Any], poller: str, until: datetime | str = "infinity") -> None:
+def ledger_read(conn: psycopg.Connection[Any], poller: str, until: datetime | str = "infinity", *,
+                tenant: str) -> None:
     """The payment watcher ``poller`` has read the ledger up to ``until`` (default:
-    all of it), so the overdue job is not held back by it."""
+    all of it) on the feed of ``tenant``'s receiving account (one is added if
+    the tenant has none), so the overdue job is not held back by it."""
+    from onceonly_cli.fake_payments import random_account
+
+    account = conn.execute("SELECT account_id FROM payment_accounts WHERE tenant_id = %s ORDER BY 1 LIMIT 1",
+                           (tenant,)).fetchone()
+    if account is None:
+        add_receiving_account(conn, tenant, account_id := random_account())
+    else:
+        account_id = account["account_id"]
     conn.execute("INSERT INTO payment_cursors (poller, cursor, fence_token, ledger_read_to) VALUES (%s, '', 0, %s)"
-                 " ON CONFLICT (poller) DO UPDATE SET ledger_read_to = EXCLUDED.ledger_read_to", (poller, until))
+                 " ON CONFLICT (poller) DO UPDATE SET ledger_read_to = EXCLUDED.ledger_read_to",
+                 (f"{poller}:{account_id}", until))

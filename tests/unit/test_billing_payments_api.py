@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from onceonly_app.billing.assets import Asset
-from onceonly_app.billing.payments_api import LEDGER_LAG, PaymentsApiError, PaymentsClient
+from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
 from onceonly_cli.fake_payments import FakePayments, random_account
 
 
@@ -37,7 +37,7 @@ def test_reads_a_page_exactly_and_asks_for_ascending_order(fake: FakePayments) -
                                          fake.receiver)]
     assert page.payments[0].asset == Asset("USD", fake.issuer)
     assert page.next_cursor == first["paging_token"] and page.full
-    assert fake.requests == [{"cursor": "", "order": "asc", "limit": "1"}]
+    assert fake.requests == [{}, {"cursor": "", "order": "asc", "limit": "1"}]  # the root, then the page
     rest = PaymentsClient(fake.url).page(page.next_cursor)
     assert [(p.amount, p.asset, p.memo) for p in rest.payments] == [
         (Decimal("0.0000001"), Asset("EURC", other_issuer), None), (Decimal("3"), Asset.native(), None)]
@@ -112,8 +112,11 @@ def test_every_request_has_a_timeout_and_no_redirects(fake: FakePayments) -> Non
     session = RecordingSession()
     PaymentsClient(fake.url, session=session).page("")
     PaymentsClient(fake.url, session=session).page("", timeout=2.0)  # what is left of the invocation
-    assert [c["timeout"] for c in session.calls] == [(3.05, 10.0), (2.0, 2.0)]
-    assert all(c["allow_redirects"] is False for c in session.calls)
+    timeouts = [c["timeout"] for c in session.calls]  # the root and the page, twice
+    assert timeouts[:2] == [(3.05, 10.0), (3.05, 10.0)]
+    assert all(1.0 < t <= 2.0 for t in (*timeouts[2], *timeouts[3]))  # one deadline for both
+    assert timeouts[3][0] < timeouts[2][0]
+    assert len(timeouts) == 4 and all(c["allow_redirects"] is False for c in session.calls)
 
 
 def test_a_trickling_answer_is_abandoned_at_the_deadline(fake: FakePayments) -> None:
@@ -130,8 +133,8 @@ def test_a_trickling_answer_is_abandoned_at_the_deadline(fake: FakePayments) -> 
 
 def test_a_page_says_how_far_it_read_the_ledger(fake: FakePayments) -> None:
     """A full page: up to its last record's ledger time (later records may be
-    on the next page). The end of the history: up to the request's time less
-    the ledger's ingestion lag."""
+    on the next page). The end of the history: up to the source's own
+    ingestion point (the root resource's latest closed ledger)."""
     first, second = datetime(2026, 11, 20, 8, 0, tzinfo=UTC), datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
     fake.add(memo=None, amount="1", created_at=first)
     fake.add(memo=None, amount="1", created_at=second)
@@ -142,20 +145,65 @@ def test_a_page_says_how_far_it_read_the_ledger(fake: FakePayments) -> None:
     empty = client.page(end.next_cursor, limit=5)
     after = datetime.now(UTC)
     assert full.full and full.read_to == first
-    for page in (end, empty):  # the server's Date has whole seconds
-        assert page.read_to is not None
-        assert before - LEDGER_LAG - timedelta(seconds=1) <= page.read_to <= after - LEDGER_LAG
+    for page in (end, empty):  # the ledger closes once a second
+        assert page.read_to is not None and page.read_to == page.ingested_to
+        assert before - timedelta(seconds=1) <= page.read_to <= after
 
 
 def test_the_ledgers_clock_decides_how_far_the_end_of_the_history_is(fake: FakePayments) -> None:
-    """The server's Date, not our clock, when it is earlier: a ledger behind
-    our clock has not been read past its own time."""
+    """The ledger's own time, not our clock: a ledger behind our clock has not
+    been read past its own time."""
     ledger_now = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
     fake.clock = ledger_now
     fake.add(memo=None, amount="1", created_at=ledger_now - timedelta(hours=1))
     fake.add(memo=None, amount="1", created_at=ledger_now + timedelta(hours=1))  # its ledger has not closed
     page = PaymentsClient(fake.url).page("")
-    assert len(page.payments) == 1 and page.read_to == ledger_now - LEDGER_LAG
+    assert len(page.payments) == 1 and page.read_to == ledger_now
     fake.down = True
     with pytest.raises(PaymentsApiError, match="503"):
         PaymentsClient(fake.url).page(page.next_cursor)
+
+
+def test_a_stalled_source_is_read_only_up_to_where_it_stalled(fake: FakePayments) -> None:
+    """Up, answering "nothing new" with a current Date, but its ingestion
+    stopped an hour ago: the page has read the ledger up to there, and says it
+    lags an hour; a payment made since is not in it and not read past."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    fake.stalled_at = now - timedelta(hours=1)
+    fake.add(memo="inv_1", amount="1", created_at=now - timedelta(minutes=10))  # not ingested yet
+    page = PaymentsClient(fake.url).page("")
+    assert page.payments == [] and page.read_to == fake.stalled_at
+    assert page.lag is not None and timedelta(minutes=59) < page.lag < timedelta(minutes=61)
+    fake.stalled_at = None  # ingestion catches up
+    caught_up = PaymentsClient(fake.url).page("")
+    assert len(caught_up.payments) == 1 and caught_up.read_to is not None and caught_up.read_to >= now
+    assert caught_up.lag is not None and caught_up.lag < timedelta(seconds=5)
+
+
+class LaggingPageServer(requests.Session):
+    """The root answered by an up-to-date server, the page by one whose
+    Latest-Ledger is older (servers behind one load balancer)."""
+
+    def get(self, url: str | bytes, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        response = super().get(url, **kwargs)
+        if str(url).endswith("/payments"):
+            response.headers["Latest-Ledger"] = str(int(response.headers["Latest-Ledger"]) - 600)
+        return response
+
+
+def test_a_page_from_a_server_behind_the_root_reads_no_further_than_its_records(fake: FakePayments) -> None:
+    when = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    fake.add(memo=None, amount="1", created_at=when)
+    page = PaymentsClient(fake.url, session=LaggingPageServer()).page("")
+    assert len(page.payments) == 1 and page.read_to == when and page.ingested_to is None
+    empty = PaymentsClient(fake.url, session=LaggingPageServer()).page(page.next_cursor)
+    assert empty.read_to is None
+
+
+def test_an_account_feed_lists_only_that_accounts_payments(fake: FakePayments) -> None:
+    other = random_account()
+    mine = fake.add(memo="inv_1", amount="1")
+    fake.add(memo="inv_2", amount="2", to=other)
+    page = PaymentsClient(fake.url).page("", account=fake.receiver)
+    assert [p.payment_id for p in page.payments] == [mine["id"]]
+    assert [p.to_account for p in PaymentsClient(fake.url).page("", account=other).payments] == [other]

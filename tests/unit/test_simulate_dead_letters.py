@@ -92,6 +92,9 @@ def test_a_delivery_whose_message_is_parked_is_reported_parked_not_lost() -> Non
 def test_a_delivery_missing_without_a_parked_message_is_lost() -> None:
     verdicts = _verdicts(_facts({"a": "succeeded"}, parked=set()))
     assert not verdicts["no lost deliveries"]["ok"] and not verdicts["one delivery per event"]["ok"]
+    # The report keeps which one: the failing cases, not only a count.
+    assert verdicts["no lost deliveries"]["cases"] == ["b: never created"]
+    assert verdicts["one delivery per event"]["cases"] == ["b: missing"]
 
 
 def test_a_parked_invoice_paid_delivery_is_not_missing() -> None:

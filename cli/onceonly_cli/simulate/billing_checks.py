@@ -17,12 +17,17 @@ from psycopg.rows import dict_row
 
 from .report import Invariant
 
+# The zone an invoice was issued in, not its tenant's zone now: a zone change
+# mid-run moves no promised date.
 MOVED_OVERDUE = """
-SELECT i.id, i.due_at, coalesce(t.time_zone, 'UTC') AS time_zone, i.status
-  FROM invoices i LEFT JOIN billing_tenants t ON t.tenant_id = i.tenant_id
+SELECT i.id, i.due_at, i.due_time_zone AS time_zone, i.status
+  FROM invoices i
  WHERE EXISTS (SELECT 1 FROM invoice_status_history h WHERE h.invoice_id = i.id AND h.to_status = 'overdue')"""
 PAUSE_WINDOWS = "SELECT schedule_id, paused_on, resumed_on FROM billing_schedule_pauses"
-GENERATED = "SELECT id, schedule_id, period_key FROM invoices WHERE schedule_id IS NOT NULL"
+GENERATED = """
+SELECT i.id, i.schedule_id, i.period_key, i.due_on, i.due_time_zone, s.due_days
+  FROM invoices i JOIN billing_schedules s ON s.id = i.schedule_id"""
+SEEDED_DUE_DAYS = "SELECT id, due_on FROM invoices WHERE id = ANY(%s)"
 SCENARIO_INVOICES = """
 SELECT i.id, i.status,
        (SELECT count(*) FROM invoice_status_history h WHERE h.invoice_id = i.id AND h.to_status = 'overdue')
@@ -52,7 +57,7 @@ def judge_due_days(moved: list[dict[str, Any]], last_tick: datetime, left_open: 
     zones = ", ".join(sorted({m["time_zone"] for m in moved}))
     return Invariant("no overdue before the due day ended", not bad, "; ".join(bad[:5]) or
                      f"{len(moved)} invoices moved, each after its due day ended in its tenant's zone ({zones}); "
-                     f"{left_open} due on the last run's local day left open")
+                     f"{left_open} due on the last run's local day left open", cases=bad)
 
 
 def judge_pauses(generated: list[dict[str, Any]], windows: list[dict[str, Any]]) -> Invariant:
@@ -66,7 +71,36 @@ def judge_pauses(generated: list[dict[str, Any]], windows: list[dict[str, Any]])
            if paused(g["schedule_id"], date.fromisoformat(g["period_key"]))]
     return Invariant("paused periods not billed", bool(windows) and not bad, "; ".join(bad[:5]) or (
         f"{len(generated)} invoices generated, none for a period inside the {len(windows)} pause windows"
-        if windows else "no pause window seeded"))
+        if windows else "no pause window seeded"), cases=bad)
+
+
+def judge_due_from_issue(generated: list[dict[str, Any]], ticks: list[datetime]) -> Invariant:
+    """Every generated invoice is due ``due_days`` after the day it was issued
+    (one of the recurring ticks' days, in the zone it was issued in), or after
+    its period start if that is later: an invoice issued late (a missed
+    period's catch-up) is never born overdue."""
+    def fits(g: dict[str, Any]) -> bool:
+        period = date.fromisoformat(g["period_key"])
+        days = {t.astimezone(ZoneInfo(g["due_time_zone"])).date() for t in ticks}
+        return any(g["due_on"] == max(period, day) + timedelta(days=g["due_days"]) for day in days if day >= period)
+
+    bad = [f"{g['id']} (period {g['period_key']}, {g['due_days']} days) due on {g['due_on']}" for g in generated
+           if not fits(g)]
+    late = sum(1 for g in generated if g["due_on"] > date.fromisoformat(g["period_key"]) + timedelta(g["due_days"]))
+    return Invariant("due days count from the issue day", bool(late) and not bad, "; ".join(bad[:5]) or (
+        f"{len(generated)} invoices generated, each due its due days after its issue day; {late} issued after "
+        "their period started (catch-up), due from then" if late else "no invoice issued late"), cases=bad)
+
+
+def judge_promised_dates(stored: list[dict[str, Any]], promised: dict[str, date]) -> Invariant:
+    """Every seeded invoice still has the due date it was issued with, after
+    the zone change mid-run."""
+    bad = [f"{r['id']} due on {r['due_on']}, promised {promised[r['id']]}" for r in stored
+           if r["due_on"] != promised[r["id"]]]
+    missing = sorted(set(promised) - {r["id"] for r in stored})
+    return Invariant("a zone change moves no promised due date", bool(stored) and not bad and not missing,
+                     "; ".join((bad + [f"{m} missing" for m in missing])[:5]) or
+                     f"{len(stored)} seeded invoices keep the due dates they were issued with", cases=bad)
 
 
 def judge_overdue_emails(emails: list[dict[str, Any]]) -> Invariant:
@@ -77,7 +111,7 @@ def judge_overdue_emails(emails: list[dict[str, Any]]) -> Invariant:
     cancelled = sum(1 for e in emails if e["status"] == "cancelled")
     return Invariant("no overdue e-mail for a paid invoice", not bad, "; ".join(bad[:5]) or
                      f"{len(emails)} overdue e-mails of paid invoices: {cancelled} cancelled at send time, "
-                     f"{len(emails) - cancelled} sent before the payment")
+                     f"{len(emails) - cancelled} sent before the payment", cases=bad)
 
 
 def _not_dunned(name: str, invoices: list[dict[str, Any]], what: str, *, on_time: bool = False) -> Invariant:
@@ -87,7 +121,7 @@ def _not_dunned(name: str, invoices: list[dict[str, Any]], what: str, *, on_time
            + (f", {i['late_payments']} late payments" if on_time else "") for i in invoices
            if i["status"] != "paid" or i["overdue_rows"] or i["dunning"] or (on_time and i["late_payments"])]
     return Invariant(name, bool(invoices) and not bad, "; ".join(bad[:5]) or (
-        f"{len(invoices)} {what}: each paid, never overdue, never dunned" if invoices else "none seeded"))
+        f"{len(invoices)} {what}: each paid, never overdue, never dunned" if invoices else "none seeded"), cases=bad)
 
 
 def judge_exactly_paid(invoices: list[dict[str, Any]]) -> Invariant:
@@ -105,16 +139,24 @@ def judge_paid_during_outage(invoices: list[dict[str, Any]]) -> Invariant:
 
 
 def billing_invariants(conn: psycopg.Connection[Any], last_overdue_tick: datetime | None,
-                       left_open: int, scenarios: dict[str, list[str]]) -> list[Invariant]:
+                       left_open: int, scenarios: dict[str, list[str]], *, promised: dict[str, date] | None = None,
+                       recurring_ticks: list[datetime] | None = None) -> list[Invariant]:
     """``scenarios``: the seeded scenario invoices' ids by kind ("zero",
-    "sub-cent", "outage"); a kind left out is not judged (its job is absent)."""
+    "sub-cent", "outage"); a kind left out is not judged (its job is absent).
+    ``promised``: the seeded invoices' due dates; ``recurring_ticks``: the
+    recurring job's ticks; either None: not judged (nothing seeded, the job is absent)."""
     with conn.cursor(row_factory=dict_row) as cur:
         moved = cur.execute(MOVED_OVERDUE).fetchall()
         windows = cur.execute(PAUSE_WINDOWS).fetchall()
         generated = cur.execute(GENERATED).fetchall()
         emails = cur.execute(OVERDUE_EMAILS).fetchall()
         rows = {r["id"]: r for r in cur.execute(SCENARIO_INVOICES, (sorted(sum(scenarios.values(), [])),))}
+        stored = cur.execute(SEEDED_DUE_DAYS, (sorted(promised or {}),)).fetchall()
     judged = [judge_pauses(generated, windows), judge_overdue_emails(emails)]
+    if promised is not None:
+        judged.append(judge_promised_dates(stored, promised))
+    if recurring_ticks:
+        judged.append(judge_due_from_issue(generated, recurring_ticks))
     if last_overdue_tick is not None:
         judged.insert(0, judge_due_days(moved, last_overdue_tick, left_open))
     for kind, judge in (("sub-cent", judge_exactly_paid), ("zero", judge_zero_invoices),

@@ -20,7 +20,13 @@ Seeded per tenant (tenants.py), to be judged by billing_checks.py:
   last tick's local day while the payments API is down across the overdue
   run ("outage": the watcher sees the payment only after that run);
 - daily schedules with missed periods, one of them with a pause window over
-  part of its catch-up: those periods must never be billed."""
+  part of its catch-up: those periods must never be billed; their catch-up
+  invoices are issued late (days after their period start), so they are due
+  from their issue day, never born overdue;
+- a schedule created inactive, anchored days back, switched on at once: its
+  inactive spell is never billed;
+- a zone change mid-run: before the overdue run, the UTC tenant moves to New
+  York, which moves none of the due dates already promised."""
 
 from __future__ import annotations
 
@@ -38,8 +44,10 @@ from .report import EffectCheck
 from .tenants import Tenant, seed_tenants
 
 OVERDUE_INVOICES = 6  # per tenant
-NOT_YET_DUE_INVOICES = 5  # per tenant
-SCHEDULES = 2  # per tenant; the second has a pause window
+NOT_YET_DUE_INVOICES = 8  # per tenant
+SCHEDULES = 2  # per tenant; the second has a pause window (and a third is created inactive)
+INACTIVE_MISSED = 4  # periods the inactive schedule's anchor is behind the first recurring tick
+ZONE_CHANGE = ("UTC", "America/New_York")  # the tenant in the first zone moves to the second, mid-run
 PAUSE = (1, 3)  # the paused schedule's window [anchor + 1, anchor + 3): two periods never billed
 PAUSED_MISSED = 6  # periods of the paused schedule already due at the first tick
 # kind: (cents, its due day: days before the last overdue tick's local day)
@@ -55,6 +63,16 @@ INSERT_SCHEDULE = """
 INSERT INTO billing_schedules (id, tenant_id, customer_email, amount_cents, currency, cadence, anchor)
 VALUES (%s, %s, %s, %s, %s, 'daily', %s)"""
 INSERT_PAUSE = "INSERT INTO billing_schedule_pauses (schedule_id, paused_on, resumed_on) VALUES (%s, %s, %s)"
+INSERT_INACTIVE_SCHEDULE = """
+INSERT INTO billing_schedules (id, tenant_id, customer_email, amount_cents, currency, cadence, anchor, active)
+VALUES (%s, %s, %s, %s, %s, 'daily', %s, false)"""
+SWITCH_ON = """
+UPDATE billing_schedules SET active = true WHERE id = %s;
+"""
+INACTIVE_WINDOW = "SELECT paused_on, resumed_on FROM billing_schedule_pauses WHERE schedule_id = %s"
+CHANGE_ZONE = """
+INSERT INTO billing_tenants (tenant_id, time_zone) VALUES (%s, %s)
+ON CONFLICT (tenant_id) DO UPDATE SET time_zone = EXCLUDED.time_zone, updated_at = now()"""
 COUNTS = {
     "invoices overdue at the end": "SELECT count(*) FROM invoices WHERE tenant_id = ANY(%s) AND status = 'overdue'",
     "overdue history rows": """SELECT count(*) FROM invoice_status_history h JOIN invoices i ON i.id = h.invoice_id
@@ -97,6 +115,11 @@ def local_due_at(zone: str, day: date, rng: random.Random) -> datetime:
     return datetime.combine(day, time(rng.randrange(9), rng.randrange(60)), ZoneInfo(zone))
 
 
+def local_due_on(invoice: SeededInvoice) -> date:
+    """The due date the invoice was issued with: its due time's date in its tenant's seeded zone."""
+    return invoice.due_at.astimezone(ZoneInfo(invoice.tenant.time_zone)).date()
+
+
 def local_today(when: datetime, tenant: Tenant) -> date:
     return when.astimezone(ZoneInfo(tenant.time_zone)).date()
 
@@ -118,6 +141,14 @@ class BillingLoad:
     tenants: list[Tenant]
     expected: dict[str, int] = field(default_factory=dict)
     invoices: list[SeededInvoice] = field(default_factory=list)
+    database_url: str = ""
+    moved_zone: str | None = None  # the tenant whose zone changes mid-run
+
+    def change_zone(self) -> None:
+        """The zone change mid-run (before the overdue run): idempotent."""
+        if self.moved_zone is not None:
+            with psycopg.connect(self.database_url, autocommit=True) as conn:
+                conn.execute(CHANGE_ZONE, (self.moved_zone, ZONE_CHANGE[1]))
 
     def env(self) -> dict[str, str]:
         return {
@@ -136,8 +167,12 @@ class BillingLoad:
         before, after, outage = watcher if watcher else (None, None, None)
         order = ["OverdueInvoicesFunction", "RecurringBillingFunction"]
         jobs = [CronJob(fid, self.jobs[fid], self.ticks[self.jobs[fid]]) for fid in order if fid in self.jobs]
-        if jobs and outage is not None:
-            jobs[0] = replace(jobs[0], before=outage)
+        if jobs:
+            def mid_run() -> None:
+                self.change_zone()
+                if outage is not None:
+                    outage()
+            jobs[0] = replace(jobs[0], before=mid_run)
         jobs = ([before] if before else []) + jobs + ([after] if after else [])
         if "NotificationsFunction" in self.jobs:
             jobs.append(CronJob("NotificationsFunction", NOTIFICATIONS_JOB, self.ticks[NOTIFICATIONS_JOB]))
@@ -146,9 +181,14 @@ class BillingLoad:
     def seed(self, database_url: str) -> None:
         last_overdue, billing_ticks = self.ticks[OVERDUE_JOB][-1], self.ticks[RECURRING_JOB]
         overdue = generated = 0
+        self.database_url = database_url
+        self.moved_zone = next((t.id for t in self.tenants if t.time_zone == ZONE_CHANGE[0]), None)
         with psycopg.connect(database_url) as conn:
             seed_tenants(conn, self.tenants)  # type: ignore[arg-type]
             for tenant in self.tenants:
+                # recurring billing runs after the zone change: its local days are the new zone's
+                billed_zone = ZONE_CHANGE[1] if tenant.id == self.moved_zone else tenant.time_zone
+                last_billed = billing_ticks[-1].astimezone(ZoneInfo(billed_zone)).date()
                 today = local_today(last_overdue, tenant)  # the last tick's local day
                 kinds = ["overdue"] * OVERDUE_INVOICES + ["due today"] + ["not due"] * NOT_YET_DUE_INVOICES
                 for i, kind in enumerate(kinds + list(SCENARIOS)):
@@ -174,7 +214,8 @@ class BillingLoad:
                         else None
                     if window:
                         conn.execute(INSERT_PAUSE, (schedule_id, *window))
-                    generated += billed_periods(anchor, local_today(billing_ticks[-1], tenant), window)
+                    generated += billed_periods(anchor, last_billed, window)
+                generated += self._seed_inactive(conn, tenant, billing_ticks[0].date(), last_billed)
         has = self.jobs.values()
         overdue = overdue if OVERDUE_JOB in has else 0
         generated = generated if RECURRING_JOB in has else 0
@@ -186,6 +227,19 @@ class BillingLoad:
         if NOTIFICATIONS_JOB in has:
             self.expected["e-mails sent"] = overdue + generated
             self.expected["e-mails cancelled (paid first)"] = 0
+
+    def _seed_inactive(self, conn: psycopg.Connection[Any], tenant: Tenant, first_tick_day: date,
+                       last_billed: date) -> int:
+        """A schedule created inactive, anchored INACTIVE_MISSED periods back,
+        switched on now; returns the periods it bills (from the switch-on)."""
+        schedule_id = f"sch_{tenant.id}_inactive"
+        anchor = first_tick_day - timedelta(days=INACTIVE_MISSED - 1)
+        conn.execute(INSERT_INACTIVE_SCHEDULE, (schedule_id, tenant.id, "inactive@example.com", 700,
+                                                tenant.currency, anchor))
+        conn.execute(SWITCH_ON, (schedule_id,))
+        row = conn.execute(INACTIVE_WINDOW, (schedule_id,)).fetchone()
+        assert row is not None, f"{schedule_id}: created inactive, but no pause window was opened"
+        return billed_periods(anchor, last_billed, (row[0], row[1]))
 
     def expect_paid_after_overdue(self, count: int) -> None:
         """``count`` overdue invoices get paid later in the run, before the

@@ -47,6 +47,11 @@ class PaymentFacts:
     accounts: dict[str, str]  # receiving account -> tenant
 
 
+def names(memo: str | None, invoice_id: str | None) -> bool:
+    """Whether ``memo`` names ``invoice_id``: memos are matched trimmed and case-folded."""
+    return memo is not None and invoice_id is not None and memo.strip().lower() == invoice_id.lower()
+
+
 def read_facts(conn: psycopg.Connection[Any], seeded: list[SeededPayment]) -> PaymentFacts:
     with conn.cursor(row_factory=dict_row) as cur:
         rows = {r["payment_id"]: r for r in cur.execute(PAYMENT_ROWS)}
@@ -67,7 +72,7 @@ def judge_credited(facts: PaymentFacts, seeded: list[SeededPayment],
     for row in credited:
         invoice = facts.invoices.get(row["invoice_id"])
         asset = (row["asset_code"], row["asset_issuer"])
-        if invoice is None or row["invoice_id"] != row["memo"]:
+        if invoice is None or not names(row["memo"], row["invoice_id"]):
             bad.append(f"{row['payment_id']} credited to {row['invoice_id']}, memo {row['memo']}")
         elif not invoice["tenant_id"] == row["tenant_id"] == facts.accounts.get(row["to_account"]):
             owner = facts.accounts.get(row["to_account"], "nobody: not ours")
@@ -78,14 +83,14 @@ def judge_credited(facts: PaymentFacts, seeded: list[SeededPayment],
     for payment in seeded:
         found = facts.rows.get(payment.payment_id)
         if payment.reason is None and (found is None or found["outcome"] == "unmatched"
-                                       or found["invoice_id"] != payment.memo):
+                                       or not names(payment.memo, found["invoice_id"])):
             bad.append(f"{payment.payment_id} for {payment.memo} not credited to it")
         if payment.pays and facts.invoices.get(payment.pays, {}).get("status") != "paid":
             bad.append(f"{payment.pays} not paid")
     paid = sum(1 for p in seeded if p.pays)
     return Invariant("payments credited to the right invoice and asset", not bad, "; ".join(bad[:5]) or
                      f"{len(credited)} credited operations, each to its memo's invoice of the receiving account's "
-                     f"tenant, in its currency's asset; {paid} invoices paid")
+                     f"tenant, in its currency's asset; {paid} invoices paid", cases=bad)
 
 
 def judge_unmatched(facts: PaymentFacts, seeded: list[SeededPayment], baits: dict[str, str]) -> Invariant:
@@ -112,7 +117,7 @@ def judge_unmatched(facts: PaymentFacts, seeded: list[SeededPayment], baits: dic
             bad.append(f"{invoice_id} credited by {credited or 'something'} despite only a {why} payment")
     summary = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
     return Invariant("unmatched payments recorded, never credited", not bad, "; ".join(bad[:5]) or
-                     f"{summary}; {len(baits)} invoices they named stayed unpaid")
+                     f"{summary}; {len(baits)} invoices they named stayed unpaid", cases=bad)
 
 
 def judge_multi_operation(facts: PaymentFacts, seeded: list[SeededPayment]) -> Invariant:
@@ -137,11 +142,50 @@ def judge_multi_operation(facts: PaymentFacts, seeded: list[SeededPayment]) -> I
     operations = sum(len(ids) for ids in by_tx.values())
     return Invariant("multi-operation payments: each operation once", bool(by_tx) and not bad,
                      "; ".join(bad[:5]) or (f"{len(by_tx)} transactions of {operations} operations: one row each, "
-                                            "each invoice paid once" if by_tx else "no multi-operation payment seeded"))
+                                            "each invoice paid once" if by_tx else "no multi-operation payment seeded"),
+                     cases=bad)
+
+
+MERCHANT_EVENTS = """
+SELECT o.event_id, o.webhook_id, o.event_type, o.payload FROM webhook_outbox o
+ WHERE o.event_type IN ('payment.unmatched', 'payment.overpaid', 'invoice.paid')"""
+SUBSCRIPTIONS = "SELECT id, tenant_id, event_types FROM webhook_subscriptions WHERE deleted_at IS NULL"
+
+
+def judge_merchant_events(events: list[dict[str, Any]], subscriptions: list[dict[str, Any]],
+                          facts: PaymentFacts, overpaid: list[str]) -> Invariant:
+    """Every unmatched payment (recorded) and every overpayment is told to each
+    subscription of its tenant whose filter takes the event, exactly once, and
+    to no other; an overpaid invoice's invoice.paid says so, with nothing remaining."""
+    from onceonly_app.billing.webhook_events import payment_event_id
+
+    count = Counter((e["event_id"], e["webhook_id"]) for e in events)
+    bad, told = [], 0
+    judged = [(r, "payment.unmatched") for r in facts.rows.values() if r["outcome"] == "unmatched"] + \
+        [(r, "payment.overpaid") for r in facts.rows.values() if r["outcome"] == "overpaid"]
+    for row, event_type in judged:
+        for sub in subscriptions:
+            takes = sub["tenant_id"] == row["tenant_id"] and (sub["event_types"] is None
+                                                             or event_type in sub["event_types"])
+            got = count[(payment_event_id(event_type, row["payment_id"]), sub["id"])]
+            told += got
+            if got != int(takes):
+                bad.append(f"{event_type} of {row['payment_id']} to {sub['id']}: {got} times, expected {int(takes)}")
+    for event in (e for e in events if e["event_type"] == "invoice.paid" and e["payload"].get("invoice_id") in
+                  overpaid):
+        if event["payload"].get("overpaid") is not True or event["payload"].get("amount_remaining") != 0:
+            bad.append(f"invoice.paid of {event['payload']['invoice_id']} says overpaid="
+                       f"{event['payload'].get('overpaid')}, remaining {event['payload'].get('amount_remaining')}")
+    return Invariant("merchants told of unmatched and overpaid payments", bool(judged) and not bad,
+                     "; ".join(bad[:5]) or f"{len(judged)} unmatched or overpaid payments, {told} events to the "
+                                           "subscriptions whose filters take them, none to others", cases=bad)
 
 
 def payment_invariants(conn: psycopg.Connection[Any], seeded: list[SeededPayment], baits: dict[str, str],
-                       accepted: dict[str, tuple[str, str]]) -> list[Invariant]:
+                       accepted: dict[str, tuple[str, str]], overpaid: list[str] | None = None) -> list[Invariant]:
     facts = read_facts(conn, seeded)
+    with conn.cursor(row_factory=dict_row) as cur:
+        events = cur.execute(MERCHANT_EVENTS).fetchall()
+        subscriptions = cur.execute(SUBSCRIPTIONS).fetchall()
     return [judge_credited(facts, seeded, accepted), judge_unmatched(facts, seeded, baits),
-            judge_multi_operation(facts, seeded)]
+            judge_multi_operation(facts, seeded), judge_merchant_events(events, subscriptions, facts, overpaid or [])]

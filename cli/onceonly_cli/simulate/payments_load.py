@@ -13,7 +13,12 @@ Each tenant has a receiving account of its own. Per tenant the API holds:
   must stay unpaid: the native asset, the right code from another issuer, the
   other currency's accepted asset, a memo naming another tenant's invoice (paid
   to this tenant's account), a payment to an account that is not ours (skipped,
-  not even recorded); and a memo that names no invoice at all.
+  not even recorded); and a memo that names no invoice at all;
+- what merchants must hear of: an overpayment (one stroop more than due: the
+  invoice is paid and flagged overpaid, with a payment.overpaid event), a memo
+  in upper case with spaces around it (it pays its invoice), and a partial
+  payment whose invoice's amount is then reduced to what was paid, before the
+  overdue run (the change settles it, with invoice.paid).
 
 And the scenarios of issue 18: the sub-cent invoice is paid by parts of
 fractions of a cent that add up exactly (5.005 + 2.5025 + 2.5025 = 10.01), on
@@ -21,12 +26,14 @@ time; the outage invoice is paid in full on its due day, ten minutes before
 the day ends.
 
 The payments are all in the API before the watcher's first tick, each at its
-ledger time: the credited ones above now, the scenarios' on time. The fake's
-ledger clock makes the watcher's first tick read the ledger only up to the day
-before the last overdue tick's (LEDGER_LAG later, so that much is read): the
-sub-cent payments, not the outage's. Then the API is down for the overdue and
-recurring runs, and back, with the clock at the real time, for the watcher's
-later ticks. Whichever run polls first applies them; a run killed mid-poll
+ledger time: the credited ones above now, the scenarios' on time (and the
+partial payment of the amount change two days before the last overdue tick).
+For the watcher's first tick the API is up, with a current Date, but its
+ingestion LAGS: it stalled at the day before the last overdue tick's, so the
+watcher reads the ledger only that far (the sub-cent payments and the amount
+change's, not the outage's), and the invoices due since are held, not dunned.
+Then the API is down for the overdue and recurring runs, and back, caught up,
+for the watcher's later ticks. Whichever run polls first applies them; a run killed mid-poll
 leaves its tick unfinished, so a retry of that tick polls the rest. The poller
 lease is shorter than the tick lease, so a tick's retry never finds the poller
 still held by its own dead run."""
@@ -42,8 +49,6 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-
-from onceonly_app.billing.payments_api import LEDGER_LAG
 
 from ..fake_payments import random_account
 from .billing_checks import due_day_end
@@ -74,7 +79,9 @@ COUNTS = {
                                         WHERE invoice_id = ANY(%(invoices)s) AND kind = 'invoice.paid'""",
     "invoice.paid outbox rows": """SELECT count(*) FROM webhook_outbox
                                     WHERE webhook_id = ANY(%(subscriptions)s) AND event_type = 'invoice.paid'""",
+    "invoices flagged overpaid": "SELECT count(*) FROM invoices WHERE id = ANY(%(paid)s) AND overpaid",
 }
+CHANGE_AMOUNT = "UPDATE invoices SET amount_cents = %s WHERE id = %s"
 
 
 @dataclass
@@ -89,13 +96,16 @@ class PaymentsLoad:
     accepted_assets: str = ""  # PAYMENTS_ACCEPTED_ASSETS: the fake API's USD and EURC
     issuer: str = ""
     fake: Any = None
+    overpaid: list[str] = field(default_factory=list)  # invoices paid one stroop over
+    amount_changes: dict[str, int] = field(default_factory=dict)  # invoice -> the amount it is reduced to
+    database_url: str = ""
 
     def seed(self, database_url: str, fake: Any, invoices: list[SeededInvoice],
              subscriptions: dict[str, list[str]]) -> int:
         """Add the payments to the fake API (``FakePayments``); returns how many
         overdue invoices they pay (those end `paid`, not `overdue`). The run's
         database is fresh, so the watcher starts with no cursor."""
-        self.fake, self.issuer = fake, fake.issuer
+        self.fake, self.issuer, self.database_url = fake, fake.issuer, database_url
         self.accepted_assets = " ".join(f"{currency}={code}:{fake.issuer}" for currency, code in ASSET_CODES.items())
         self.subscriptions = {tenant: list(ids) for tenant, ids in subscriptions.items()}
         with psycopg.connect(database_url) as conn:
@@ -109,10 +119,31 @@ class PaymentsLoad:
         for n, tenant in enumerate(self.tenants):
             mine = [i for i in invoices if i.tenant == tenant]
             overdue = self.rng.sample([i for i in mine if i.kind == "overdue"], 6)
-            not_due = self.rng.sample([i for i in mine if i.kind == "not due"], 5)
+            not_due = self.rng.sample([i for i in mine if i.kind == "not due"], 8)
             neighbour = self.tenants[(n + 1) % len(self.tenants)]
-            paid_overdue += self._seed_tenant(fake, tenant, neighbour, overdue, not_due)
+            paid_overdue += self._seed_tenant(fake, tenant, neighbour, overdue, not_due[:5])
+            self._seed_merchant_cases(fake, tenant, not_due[5:], invoices_due_by=max(self.tick_times))
         return paid_overdue
+
+    def _seed_merchant_cases(self, fake: Any, tenant: Tenant, invoices: list[SeededInvoice], *,
+                             invoices_due_by: datetime) -> None:
+        """An overpayment, a memo a customer typed (upper case, spaces), and a
+        partial payment whose invoice is then reduced to it (change_amounts)."""
+        over, typed, reduced = invoices
+        account, code = self.accounts[tenant.id], ASSET_CODES[tenant.currency]
+        self._pay(fake, over, [(over.amount_cents + Decimal("0.00001"), code, None)], account, pays=over.id)
+        self.overpaid.append(over.id)
+        self._add(fake, f" {typed.id.upper()} ", [(typed.amount_cents, code, None)], account, tenant.id, typed.id)
+        half = reduced.amount_cents // 2
+        self._pay(fake, reduced, [(half, code, None)], account, created_at=invoices_due_by - timedelta(days=2))
+        self.amount_changes[reduced.id] = half
+
+    def change_amounts(self) -> None:
+        """Reduce each amount-change invoice to what was paid of it: the change
+        itself settles it (the watcher applied the partial payment already)."""
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            for invoice, cents in self.amount_changes.items():
+                conn.execute(CHANGE_AMOUNT, (cents, invoice))
 
     def _seed_on_time(self, fake: Any, invoice: SeededInvoice) -> None:
         """A scenario's payment, before its invoice's due day ended: the sub-cent
@@ -190,8 +221,11 @@ class PaymentsLoad:
 
     @property
     def paid_invoices(self) -> dict[str, str]:
-        """Invoice id -> its tenant, of the invoices the payments pay in full."""
-        return {p.pays: str(p.tenant) for p in self.payments if p.pays}
+        """Invoice id -> its tenant, of the invoices the payments (or a change
+        of amount to what was paid) pay in full."""
+        by_payment = {p.pays: str(p.tenant) for p in self.payments if p.pays}
+        by_change = {p.memo: str(p.tenant) for p in self.payments if p.memo in self.amount_changes}
+        return {**by_payment, **by_change}
 
     def expected_deliveries(self) -> set[str]:
         """One ``invoice.paid`` delivery per (paid invoice, subscription of its
@@ -212,13 +246,15 @@ class PaymentsLoad:
         the last overdue tick's), its later ticks (the whole ledger, after the
         outage), and what starts the outage (BillingLoad.cron_jobs)."""
         def read_to_the_day_before() -> None:
-            self.fake.clock = last_overdue_tick - timedelta(days=1) + LEDGER_LAG
+            self.fake.stalled_at = last_overdue_tick - timedelta(days=1)  # a lagging source, its Date current
 
         def outage() -> None:
+            self.change_amounts()  # after the partial payments were read, before the overdue run
             self.fake.down = True
 
         def outage_over() -> None:
-            self.fake.down, self.fake.clock = False, None
+            self.change_amounts()  # again (a no-op if done): the overdue and recurring jobs may be absent
+            self.fake.down, self.fake.stalled_at = False, None
 
         return (CronJob(FUNCTION, JOB, self.tick_times[:1], before=read_to_the_day_before),
                 CronJob(FUNCTION, JOB, self.tick_times[1:], before=outage_over), outage)
@@ -228,9 +264,10 @@ class PaymentsLoad:
         expected = {"payment operations recorded": sum(1 for p in self.payments if p.tenant is not None),
                     "invoices paid": len(paid), "paid history rows": len(paid),
                     "invoice.paid activity events": len(paid),
-                    "invoice.paid outbox rows": sum(len(self.subscriptions.get(t, [])) for t in paid.values())}
+                    "invoice.paid outbox rows": sum(len(self.subscriptions.get(t, [])) for t in paid.values()),
+                    "invoices flagged overpaid": len(self.overpaid)}
         params = {"payments": [p.payment_id for p in self.payments], "paid": sorted(paid),
-                  "invoices": sorted({p.memo for p in self.payments}),
+                  "invoices": sorted({p.memo for p in self.payments} | set(paid)),
                   "subscriptions": [s for ids in self.subscriptions.values() for s in ids]}
         checks = []
         for what, count in expected.items():

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from .billing_checks import billing_invariants
-from .billing_load import OVERDUE_JOB, BillingLoad
+from .billing_load import OVERDUE_JOB, RECURRING_JOB, BillingLoad, local_due_on
 from .loadgen import CronJob
 from .payment_checks import payment_invariants
 from .payments_load import PaymentsLoad
@@ -47,13 +47,16 @@ def domain_invariants(conn: psycopg.Connection[Any], receiver: Any, plan: Plan, 
     longest = RetryPolicy(RETRY_SCHEDULE, RETRY_AFTER_CAP).longest_delay  # the schedule's, with its jitter
     judged = webhook_invariants(conn, receiver.history(), plan.webhooks, RETRY_AFTER_CAP, longest, kills)
     if plan.payments:
-        judged += payment_invariants(conn, plan.payments.payments, plan.payments.baits, plan.payments.accepted)
+        judged += payment_invariants(conn, plan.payments.payments, plan.payments.baits, plan.payments.accepted,
+                                     plan.payments.overpaid)
     billing = plan.billing
     last_overdue = billing.ticks[OVERDUE_JOB][-1] if OVERDUE_JOB in billing.jobs.values() else None
     kinds = ("zero", "sub-cent", "outage") if plan.payments else ("zero",)  # the others need the watcher
     scenario_ids = {kind: [i.id for i in billing.invoices if i.kind == kind] for kind in kinds}
+    promised = {i.id: local_due_on(i) for i in billing.invoices}
+    recurring = billing.ticks[RECURRING_JOB] if RECURRING_JOB in billing.jobs.values() else None
     return judged + billing_invariants(conn, last_overdue, sum(1 for i in billing.invoices if i.kind == "due today"),
-                                       scenario_ids)
+                                       scenario_ids, promised=promised, recurring_ticks=recurring)
 
 
 def scenarios(plan: Plan) -> dict[str, Any]:

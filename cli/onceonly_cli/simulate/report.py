@@ -189,17 +189,21 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
                   f"{len(d.expected_ids)} (subscription, event) pairs, {len(d.statuses)} deliveries"
                   + (f", {len(parked)} parked in the dead-letter queue" if parked else "")
                   + (f", {len(missing)} missing" if missing else "") + (f", {len(unexpected)} unexpected"
-                                                                          if unexpected else "")),
+                                                                          if unexpected else ""),
+                  cases=[f"{i}: missing" for i in missing] + [f"{i}: unexpected" for i in unexpected]),
         Invariant("no lost deliveries", not lost,
                   (f"{len(lost)} lost ({len(unfinished)} unfinished, {len(never_received)} marked succeeded "
                    f"but never received)" if lost else "every delivery succeeded or was dead-lettered")
-                  + f"; {_dead_letter_queue(d, parked)}"),
+                  + f"; {_dead_letter_queue(d, parked)}",
+                  cases=[f"{i}: {d.statuses.get(i, 'never created')}"
+                         + (", never received" if i in never_received else "") for i in lost]),
         # A repeat POST with the same webhook-id is the documented at-least-once
         # case: the sender died after the receiver answered. A cut attempt is a
         # sender killed mid-body. Each needs a crash with that POST in flight.
         Invariant("duplicate POSTs only after crashes", extra_posts + d.cut_attempts <= kills * posts_per_kill,
                   f"{extra_posts} repeat 2xx POSTs and {d.cut_attempts} cut attempts (sender killed mid-body), "
-                  f"{kills} replicas killed with at most {posts_per_kill} POSTs in flight each"),
+                  f"{kills} replicas killed with at most {posts_per_kill} POSTs in flight each",
+                  cases=[f"{i}: accepted {n} times" for i, n in sorted(duplicates.items())]),
         Invariant("every request signed", d.unverified == 0, f"{d.unverified} requests failed verification"),
     ]
     tick_rows = []
@@ -215,11 +219,13 @@ def build_report(*, config: dict[str, Any], started: float, finished: float, rep
                           "final_token": t.final_token, "effects": t.effects, "ok": ok})
     if ticks:
         invariants.append(Invariant("each cron tick ran once", not bad_ticks,
-                                    "; ".join(bad_ticks[:5]) or f"{len(ticks)} ticks, each ran exactly once"))
+                                    "; ".join(bad_ticks[:5]) or f"{len(ticks)} ticks, each ran exactly once",
+                                    cases=bad_ticks))
     bad_effects = [f"{e.job} {e.what}: expected {e.expected}, got {e.actual}" for e in effects if not e.ok]
     if effects:
         invariants.append(Invariant("cron effects: one set", not bad_effects,
-                                    "; ".join(bad_effects[:5]) or f"{len(effects)} effect counts as expected"))
+                                    "; ".join(bad_effects[:5]) or f"{len(effects)} effect counts as expected",
+                                    cases=bad_effects))
     if payments is not None:
         invariants.extend(_payment_invariants(payments, paid_ids or set(), d, kills * posts_per_kill))
     invariants.extend(domain or [])
@@ -304,11 +310,12 @@ def _payment_invariants(payments: list[EffectCheck], paid_ids: set[str], d: Deli
     return [
         Invariant("each payment applied once", not bad,
                   ("; ".join(bad) or f"{payments[0].actual} payments, each applied once") if payments
-                  else "no payments"),
+                  else "no payments", cases=bad),
         Invariant("invoice.paid: one delivery per subscription", delivered_ok,
                   f"{len(paid_ids)} expected, {len(missing)} missing, {len(unfinished)} not received, "
                   f"{repeats} repeat 2xx POSTs"
-                  + (f", {len(parked)} parked in the dead-letter queue" if parked else "")),
+                  + (f", {len(parked)} parked in the dead-letter queue" if parked else ""),
+                  cases=[f"{i}: missing" for i in missing] + [f"{i}: not received" for i in unfinished]),
     ]
 
 

@@ -1,6 +1,6 @@
 -- name: transition_overdue --
 -- In: as_of (the tick's scheduled time), tenant (text or NULL = all), watcher
--- (the payment watcher's poller name), job, token, limit. Out: the invoices
+-- (the payment watcher's job name: its feeds' cursors are WATCHER:ACCOUNT), job, token, limit. Out: the invoices
 -- that moved open -> overdue in this statement, with their due day (due_on) in
 -- the tenant's time zone and what credited payments already cover of them.
 -- An invoice is overdue once its due day has ENDED: due_day_ends_at, midnight
@@ -8,10 +8,13 @@
 -- it was issued (0010_billing_dates_and_balances.sql), so a later change of the
 -- tenant's zone moves no promised date. An invoice due on the 15th is still
 -- payable all of the 15th and moves on the first run after that midnight.
--- AND only once the payment watcher has read the ledger past that end
--- (payment_cursors.ledger_read_to): a payment made on the due day but not yet
--- seen (the payments API down or behind, the watcher behind) holds the invoice
--- open instead of dunning the customer; the next run moves it if it is still open.
+-- AND only once the payment watcher has read the ledger past that end on
+-- every feed of the tenant's receiving accounts (billing_tenant_read_to: each
+-- feed's payment_cursors.ledger_read_to, capped at what its source ingested;
+-- NULL for a tenant with no account): a payment made on the due day but not
+-- yet seen (the payments API down or lagging, the watcher behind) holds the
+-- invoice open instead of dunning the customer; the next run moves it if it
+-- is still open. A tenant no feed covers is never dunned.
 -- The transition is conditional (status = 'open' is re-checked on the locked
 -- row), and the history row and activity event are written from its RETURNING
 -- only, so an invoice some other run (or a payment) already moved yields no
@@ -21,7 +24,7 @@ WITH due AS MATERIALIZED (
     SELECT i.id, i.due_on
       FROM invoices i
      WHERE i.status = 'open' AND i.due_day_ends_at <= %(as_of)s
-       AND i.due_day_ends_at <= (SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s)
+       AND i.due_day_ends_at <= billing_tenant_read_to(%(watcher)s, i.tenant_id)
        AND (%(tenant)s::text IS NULL OR i.tenant_id = %(tenant)s::text)
      ORDER BY i.due_day_ends_at, i.id
      LIMIT %(limit)s
@@ -58,7 +61,7 @@ SELECT id, tenant_id, customer_email, amount_cents, currency, due_at, due_on, cr
 -- is always a minute or so behind the clock.
 SELECT count(*) FROM invoices i
  WHERE i.status = 'open' AND i.due_day_ends_at <= %(as_of)s
-   AND coalesce((SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s), '-infinity')
+   AND coalesce(billing_tenant_read_to(%(watcher)s, i.tenant_id), '-infinity')
        < %(as_of)s::timestamptz - make_interval(secs => %(grace)s)
    AND i.due_day_ends_at > coalesce((SELECT c.ledger_read_to FROM payment_cursors c WHERE c.poller = %(watcher)s),
                                     '-infinity')

@@ -17,10 +17,16 @@ each payment once.
   event goes to the webhook outbox in the same transaction. Unmatched, partial,
   overpaid and late payments get an activity event and a count in the result.
   Late means by ledger time: paid at or after the end of the invoice's due day.
-- With the cursor, each page records the ledger time it was read up to
-  (payments_api.Page.read_to); the overdue job dunns an invoice only once its
-  due day ended before that, so an on-time payment the watcher has not seen yet
-  (the API down, the watcher behind) is never dunned.
+- Each receiving account is its own feed (``{api}/accounts/{account}/payments``)
+  with its own cursor row (``JOB:ACCOUNT``, cursor_name) and its own hold: a
+  feed applies the payments TO its account. With the cursor, each page records
+  the ledger time it was read up to (payments_api.Page.read_to: never past the
+  source's own ingestion point); the overdue job dunns a tenant's invoice only
+  once its due day ended before what EVERY feed of the tenant's accounts has
+  read, so an on-time payment the watcher has not seen yet (the API down or
+  lagging, the watcher behind) is never dunned, and a tenant with no account
+  is never dunned at all. How far each feed's source lags is reported
+  (``feed_lag_seconds``, the worst of the run).
 - The outbox is sent to SQS after polling, whatever polling did (succeeded,
   failed, or found the poller busy): events committed earlier never wait on
   the payments API.
@@ -53,7 +59,14 @@ PAGE_SECONDS = READ_TIMEOUT  # the longest one page request may take
 
 
 class PaymentSource(Protocol):
-    def page(self, cursor: str, limit: int = 200, *, timeout: float | None = None) -> Page: ...
+    def page(self, cursor: str, limit: int = 200, *, timeout: float | None = None,
+             account: str | None = None) -> Page: ...
+
+
+def cursor_name(job: str, account: str) -> str:
+    """The cursor row (payment_cursors.poller) of ``account``'s feed; the overdue
+    job finds a tenant's feeds by this name (billing_tenant_read_to)."""
+    return f"{job}:{account}"
 
 
 @dataclass
@@ -68,7 +81,9 @@ class WatchResult:
     late: int = 0
     skipped: int = 0  # records that are not payments to a receiving account
     out_of_time: bool = False  # stopped polling near the invocation's deadline
-    cursor: str | None = None
+    cursor: str | None = None  # the last feed's cursor
+    feeds: int = 0  # receiving accounts polled
+    feed_lag_seconds: float | None = None  # the worst lag of a feed's source behind its clock (None: none stated)
     webhooks: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -120,43 +135,64 @@ def run(pool: ConnectionPool, tick: Tick, poll: Poll, sqs: Any, queue_url: str, 
 
 def _poll(pool: ConnectionPool, tick: Tick, poll: Poll, lease: Lease, tenant: str | None, budget: Budget,
           log: Any) -> WatchResult:
-    poller = tick.job
-    fence = {"poller": poller, "token": lease.token}
     with pool.connection() as conn, conn.transaction():
-        row = conn.execute(SQL["stamp_cursor"], fence).fetchone()
         accounts: dict[str, str] = dict(conn.execute(SQL["receiving_accounts"], {"tenant": tenant}).fetchall())
-    if row is None:
-        raise FencedError(f"poller {poller}: a poller with a newer token than {lease.token} stamped the cursor")
-    result = WatchResult(cursor=row[0])
+        cursors = {}
+        for account in sorted(accounts):
+            fence = {"poller": cursor_name(tick.job, account), "token": lease.token}
+            row = conn.execute(SQL["stamp_cursor"], fence).fetchone()
+            if row is None:
+                raise FencedError(f"poller {fence['poller']}: a poller with a newer token than {lease.token} "
+                                  "stamped the cursor")
+            cursors[account] = row[0]
+    result = WatchResult()
+    for account, cursor in cursors.items():
+        lease = _poll_feed(pool, tick, poll, lease, account, accounts[account], cursor, result, budget, log)
+        if result.out_of_time or result.pages >= poll.max_pages:
+            break
+    return result
+
+
+def _poll_feed(pool: ConnectionPool, tick: Tick, poll: Poll, lease: Lease, account: str, tenant: str, cursor: str,
+               result: WatchResult, budget: Budget, log: Any) -> Lease:
+    """Poll ``account``'s feed from ``cursor`` until it is read to its end (or
+    the run's pages or time run out); returns the poller lease as last renewed."""
+    fence = {"poller": cursor_name(tick.job, account), "token": lease.token}
+    applier = {"poller": tick.job, "token": lease.token}  # recorded with each payment and transition
+    result.feeds += 1
+    result.cursor = cursor
     while result.pages < poll.max_pages:
+        if result.pages:  # the run goes on: LeaseLostError stops it, the newer poller goes on
+            lease = tick.store.renew(lease, ttl=poll.poller_ttl)
+            tick.renew()
         timeout = budget.timeout(PAGE_SECONDS, keep=CALL_SECONDS)  # and time to send the outbox after
         if timeout is None:
             result.out_of_time = True
             break
-        page = poll.source.page(result.cursor or "", poll.page_limit, timeout=timeout)
+        page = poll.source.page(result.cursor or "", poll.page_limit, timeout=timeout, account=account)
+        if page.lag is not None:
+            lag = page.lag.total_seconds()
+            result.feed_lag_seconds = max(lag, result.feed_lag_seconds or 0.0)
         with pool.connection() as conn, conn.transaction():
             if conn.execute(SQL["hold_cursor"], fence).fetchone() is None:
-                raise FencedError(f"poller {poller}: cursor refused to token {lease.token}, a newer poller "
-                                  "took over")
+                raise FencedError(f"poller {fence['poller']}: cursor refused to token {lease.token}, a newer "
+                                  "poller took over")
             result.skipped += page.skipped
             for payment in page.payments:
-                owner = accounts.get(payment.to_account)
-                if owner is None:
-                    result.skipped += 1  # sent from a receiving account, or to an account that is not ours
+                if payment.to_account != account:
+                    result.skipped += 1  # sent from this account (a payment to another of ours is in its feed)
                     continue
-                _apply(conn, payment, owner, poll.accepted, fence, result, log)
+                _apply(conn, payment, tenant, poll.accepted, applier, result, log)
             conn.execute(SQL["advance_cursor"], {**fence, "cursor": page.next_cursor, "read_to": page.read_to})
         result.pages += 1
         result.cursor = page.next_cursor
         if not page.full:
             break
-        lease = tick.store.renew(lease, ttl=poll.poller_ttl)  # LeaseLostError: stop, the newer poller goes on
-        tick.renew()
-    return result
+    return lease
 
 
 def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepted: AcceptedAssets,
-           fence: dict[str, Any], result: WatchResult, log: Any) -> None:
+           applier: dict[str, Any], result: WatchResult, log: Any) -> None:
     memo = payment.memo.strip() if payment.memo else None  # matched trimmed and case-folded (lock_invoice)
     with conn.cursor(row_factory=dict_row) as cur:
         invoice = cur.execute(SQL["lock_invoice"], {"memo": memo, "tenant": tenant}).fetchone() if memo else None
@@ -167,7 +203,7 @@ def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepte
             "to_account": payment.to_account, "tenant": tenant, "asset_code": payment.asset.code or "native",
             "asset_issuer": payment.asset.issuer, "amount": payment.amount, "amount_cents": verdict.amount_cents,
             "memo": payment.memo, "invoice_id": verdict.invoice_id, "outcome": verdict.outcome,
-            "reason": verdict.reason, "late": verdict.late, "poller": fence["poller"], "token": fence["token"],
+            "reason": verdict.reason, "late": verdict.late, "poller": applier["poller"], "token": applier["token"],
             "paid_at": payment.created_at}).fetchone()
         if recorded is None:
             return  # recorded before
@@ -178,7 +214,7 @@ def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepte
             paid = None
         else:
             paid = cur.execute(SQL["mark_paid"], {"invoice_id": verdict.invoice_id, "paid_at": payment.created_at,
-                                                  "job": fence["poller"], "token": fence["token"]}).fetchone()
+                                                  "job": applier["poller"], "token": applier["token"]}).fetchone()
     if paid is not None:
         result.invoices_paid += 1
         payload = {"invoice_id": paid["id"], "tenant_id": paid["tenant_id"], "amount_cents": paid["amount_cents"],

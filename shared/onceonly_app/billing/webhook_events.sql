@@ -25,11 +25,12 @@ ON CONFLICT (webhook_id, event_id) DO NOTHING;
 
 -- name: lock_unsent --
 -- In: tenant (or NULL), limit. Out: unsent rows, locked until the transaction
--- ends; SKIP LOCKED lets two flushing runs send disjoint rows.
+-- ends, in event sequence order (not created_at: a transaction's start time);
+-- SKIP LOCKED lets two flushing runs send disjoint rows.
 SELECT event_id, webhook_id, tenant_id, event_type, payload, created_at, event_sequence
   FROM webhook_outbox
  WHERE sent_at IS NULL AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
- ORDER BY created_at, event_id, webhook_id
+ ORDER BY event_sequence NULLS FIRST, created_at, event_id, webhook_id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 

@@ -200,6 +200,11 @@ class DeliveryRepository:
         status = str(rows[0]["status"])
         return Recorded(True, rows[0]["attempts"], status, next_attempt_at if status == "retrying" else None)
 
+    def hold_behind(self, delivery_id: str, next_attempt_at: float) -> bool:
+        """Hold a delivery its creator has not attempted yet back (retrying, due
+        at ``next_attempt_at``) without an attempt; False if a claim took it."""
+        return bool(self._rows("hold_behind", {"id": delivery_id, "next_attempt_at": next_attempt_at}))
+
     def rotate_secret(self, webhook_id: str, secret: str, overlap: float, keep: int) -> bool:
         """Make ``secret`` the subscription's current signing secret; the one it
         replaces is still signed with for ``overlap`` seconds (at most ``keep``

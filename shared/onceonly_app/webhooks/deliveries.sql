@@ -130,6 +130,18 @@ UPDATE webhook_deliveries
    AND status IN ('pending', 'attempting') AND attempts > 0
 RETURNING attempts, status, deferrals;
 
+-- name: hold_behind --
+-- In: id, next_attempt_at (epoch). Out: the row's id, or NO row when a claim
+-- stamped it meanwhile. A new delivery of a lane whose earlier record was held
+-- back by the endpoint's limit waits behind it without an attempt: retrying,
+-- due right after it (service.py, _hold_behind). Fenced as the first attempt
+-- is: only while nobody has touched it (token 0, no attempt).
+UPDATE webhook_deliveries
+   SET status = 'retrying', deferrals = deferrals + 1, next_attempt_at = to_timestamp(%(next_attempt_at)s::float8),
+       updated_at = now()
+ WHERE id = %(id)s AND generation = 0 AND fence_token = 0 AND status = 'pending' AND attempts = 0
+RETURNING id;
+
 -- name: rotate_secret --
 -- In: webhook_id, secret (the new one), overlap (seconds), keep (how many
 -- previous secrets at most). Out: the row's id, or NO row for an unknown

@@ -97,6 +97,9 @@ class DispatchBatch:
         # By record, not messageId: a hostile batch may repeat one (SQS never does).
         self._requests: dict[int, DeliveryRequest | MalformedMessageError] = {}
         self._outcomes: dict[int, Future[DispatchResult]] = {}
+        # Under WEBHOOK_SERIAL_PER_SUBSCRIPTION: a lane's latest record held back by
+        # its endpoint's limit, and when it is due; the lane's later records wait behind it.
+        self._held_back: dict[str, float] = {}
 
     def run(self, records: list[SQSRecord]) -> None:
         """Handle every record, at most WEBHOOK_MAX_IN_FLIGHT at once (a
@@ -136,7 +139,7 @@ class DispatchBatch:
             request = self._request(record)
             if isinstance(request, MalformedMessageError):
                 raise request
-            return self.service.dispatch(request, self.budget)
+            return self._dispatch_in_lane(record, request)
         except MalformedMessageError as exc:
             # The reason names the bad field; the body itself is never logged.
             self.log.warning("malformed record rejected", extra={**context, "reason": str(exc)})
@@ -150,6 +153,21 @@ class DispatchBatch:
             self.log.error("a store is unavailable: the rest of the batch is sent back with a backoff",
                            extra={**context, "reason": str(exc)})
             raise
+
+    def _dispatch_in_lane(self, record: SQSRecord, request: DeliveryRequest) -> DispatchResult:
+        """Dispatch, and under WEBHOOK_SERIAL_PER_SUBSCRIPTION keep the lane's order
+        when its endpoint holds a record back: every later record of the lane is
+        held back behind it (no attempt), instead of overtaking it. A lane's
+        records run one after another in one thread, so its entry has one writer."""
+        if not self.service.config.serial_per_subscription:
+            return self.service.dispatch(request, self.budget)
+        lane = self._lane(record)
+        result = self.service.dispatch(request, self.budget, behind=self._held_back.get(lane))
+        attempt = result.attempt
+        if attempt is not None and attempt.recorded and attempt.outcome == "deferred" \
+                and attempt.next_attempt_at is not None:
+            self._held_back[lane] = attempt.next_attempt_at
+        return result
 
     def back_off(self, sqs: Any, queue_url: str) -> int:
         """Give every record the outage stopped its backoff visibility timeout.

@@ -10,9 +10,8 @@ outcome does to the delivery record and the due queue.
 - Every attempt is counted when it starts (start_attempt), so a delivery whose
   attempts crash the worker still runs out of attempts and dead-letters; one
   claim that fails does not stop the run, only an unavailable store does.
-- Every attempt has a deadline (attempt_budget) for its DNS lookup, and one for
-  its whole request, which starts once the endpoint's limits admitted it; it is
-  only started when the invocation has that much time left.
+- Every attempt has one deadline (attempt_budget) for its DNS lookup and its
+  whole request, and is only started when the invocation has that much time left.
 - The claims of one batch are attempted concurrently (max_in_flight at once,
   lanes.py), each with its own fence, outcome and report.
 """
@@ -52,6 +51,7 @@ GONE_REASON = "410 Gone from the endpoint"  # the subscription's disabled_reason
 HELD_ERROR = "subscription disabled: held until it is enabled"
 ABORTED = "aborted by the receiver (webhook-delivery: abort-message): not retried"
 HELD_BACK = "held back by the endpoint's limit (in flight or per second): delayed, no attempt used"
+LANE_SPACING = 0.001  # seconds between the due times of a lane's records held back behind one another
 
 
 class UnknownWebhookError(MalformedMessageError):
@@ -158,8 +158,12 @@ class WebhookService:
         """Whether an attempt started now ends (deadline) with the margin still left."""
         return budget.allows(self.config.attempt_budget)
 
-    def dispatch(self, request: DeliveryRequest, budget: Budget | None = None) -> DispatchResult:
+    def dispatch(self, request: DeliveryRequest, budget: Budget | None = None, *,
+                 behind: float | None = None) -> DispatchResult:
         """Create the delivery of ``request`` and make its first attempt, once.
+        ``behind``: an earlier record of its lane was held back by the endpoint's
+        limit, due then; this one makes no attempt and is held back right
+        behind it (_hold_behind), so it cannot overtake it.
         Raises UnknownWebhookError (the record fails alone and goes to the DLQ),
         DeadlineNearError before doing anything if ``budget`` leaves too
         little time, StoreUnavailableError if a store cannot be reached."""
@@ -175,6 +179,8 @@ class WebhookService:
         # worker claims the delivery when the lease runs out.
         safety_net_due = self.clock() + self.config.attempt_lease
         self.queue.put(delivery_id, due_at=safety_net_due, payload={"generation": 0})
+        if behind is not None:
+            return self._hold_behind(delivery_id, request.webhook_id, behind)
         report = self._attempt(delivery_id, generation=0, token=DISPATCH_TOKEN)
         if report is None:
             return DispatchResult(delivery_id, "fenced")  # a retry worker owns it (and the queue item)
@@ -187,6 +193,20 @@ class WebhookService:
                     self._requeue_released([delivery_id])
         # Not recorded: a retry worker reclaimed it (we outlived our lease); the
         # queue item is that worker's now, so leave it alone.
+        return DispatchResult(delivery_id, "attempted", report)
+
+    def _hold_behind(self, delivery_id: str, webhook_id: str, behind: float) -> DispatchResult:
+        """Hold a new delivery back, without an attempt, due LANE_SPACING after
+        ``behind``: once a lane's record is held back, the rest of the lane
+        waits behind it, in batch order (a retry worker claims the earliest due
+        first). Fenced like the first attempt (token 0, untouched)."""
+        due = max(behind, self.clock()) + LANE_SPACING
+        if not self.repo.hold_behind(delivery_id, due):
+            return DispatchResult(delivery_id, "fenced")  # a retry worker took it meanwhile
+        self.queue.put(delivery_id, due_at=due, payload={"generation": 0})
+        report = AttemptReport(delivery_id, webhook_id, "deferred", "retrying", True, 0, None, due)
+        self.log.info("held back behind an earlier record of its lane",
+                      extra={"delivery_id": delivery_id, "webhook_id": webhook_id, "next_attempt_at": due})
         return DispatchResult(delivery_id, "attempted", report)
 
     def _duplicate(self, delivery_id: str) -> DispatchResult:
@@ -418,9 +438,9 @@ class WebhookService:
         if not subscription.enabled:
             # Kept, not attempted: enabling the subscription delivers it (no event is lost).
             return Outcome("disabled", "held", None, HELD_ERROR, None)
-        lookup = Budget.after(self.config.attempt_budget)  # the DNS lookup's deadline
+        deadline = Budget.after(self.config.attempt_budget)  # one for the DNS lookup and the whole request
         try:
-            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, lookup)
+            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
         except UnsafeTargetError as exc:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
@@ -430,9 +450,6 @@ class WebhookService:
             return self._failure(SendResult(None, f"URL cannot be sent: {exc}"), delivery.attempt)
         with self._admitted(subscription) as admission:
             if admission:
-                # The request's own deadline starts once it is admitted: the wait for
-                # the endpoint's limits never eats into the receiver's time.
-                deadline = Budget.after(self.config.attempt_budget)
                 result = self._send(delivery, target, deadline)
         if not admission:
             assert self.gate is not None

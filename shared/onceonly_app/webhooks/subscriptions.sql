@@ -45,9 +45,14 @@ RETURNING id;
 -- with the generation their queue item must carry: the ones just released,
 -- and any a previous enable released but died before queueing. The caller
 -- queues them with put_if_absent: the ones with a queue item keep it.
+-- Event order is the events' sequence (taken under the changed invoice's row
+-- lock, so in the order the changes committed), not occurred_at (a
+-- transaction's START time: a payment's transaction that began before the
+-- overdue run commits after it). Events without a sequence (from before
+-- sequences) come first, by time.
 SELECT id, generation FROM webhook_deliveries
  WHERE webhook_id = %(webhook_id)s AND status = 'retrying' AND next_attempt_at <= now() AND fence_token = 0
- ORDER BY coalesce(occurred_at, created_at), event_sequence, id;
+ ORDER BY event_sequence NULLS FIRST, coalesce(occurred_at, created_at), id;
 
 -- name: drop_deliveries --
 -- In: webhook_id. Out: the deliveries of a deleted subscription that had not

@@ -167,3 +167,21 @@ CREATE TRIGGER invoices_amount_settled
     FOR EACH ROW WHEN (OLD.amount_cents IS DISTINCT FROM NEW.amount_cents
                        AND OLD.status IN ('open', 'overdue') AND NEW.status = 'paid')
     EXECUTE FUNCTION billing_record_amount_settlement();
+
+-- One feed per receiving account. The payment watcher keeps a cursor row per
+-- account (payment_cursors.poller = WATCHER:ACCOUNT, billing/payment_watcher.py
+-- cursor_name) whose ledger_read_to is capped at what the payments source
+-- itself says it has ingested. What the watcher has read for a tenant is the
+-- least of its accounts' feeds: -infinity for a feed never read, NULL for a
+-- tenant with no receiving account (no feed covers it: its invoices are held,
+-- never dunned blind).
+CREATE OR REPLACE FUNCTION billing_tenant_read_to(watcher text, tenant text) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN count(*) = 0 THEN NULL ELSE min(coalesce(c.ledger_read_to, '-infinity')) END
+      FROM payment_accounts a
+      LEFT JOIN payment_cursors c ON c.poller = watcher || ':' || a.account_id
+     WHERE a.tenant_id = tenant
+$$;
+
+-- The outbox is sent in event sequence order (billing/webhook_events.sql, lock_unsent).
+CREATE INDEX IF NOT EXISTS webhook_outbox_unsent_by_sequence ON webhook_outbox (event_sequence) WHERE sent_at IS NULL;
