@@ -21,7 +21,8 @@ def connect(url: str, *, refresh_url: Callable[[], str] | None = None) -> Store:
     - ``redis://host:6379/0`` or ``rediss://…`` (redis-py; ``?prefix=`` changes the key
       prefix, ``?wait_replicas=1&wait_timeout_ms=500`` turns on durable mode; a server
       whose ``maxmemory-policy`` is not ``noeviction`` is refused with ConfigError
-      unless ``?allow_eviction=1``)
+      unless ``?allow_eviction=1``; ``?cluster=1`` for a Redis Cluster such as
+      ElastiCache Serverless, ``rediss://…?ssl_ca_certs=PATH`` for a private CA)
     - ``dynamodb://TABLE?region=us-east-1&endpoint_url=http://127.0.0.1:4567&shards=8``
       (``&clock_skew=1``: the seconds its clients' clocks may be apart, taken
       off every lease end a heartbeat counts; 1 by default)

@@ -137,6 +137,8 @@ def check_queue_history(events: list[dict[str, Any]], items: list[str], store: o
         assert len(ok) <= 1, f"{item}: acked twice (a duplicate): {ok}"
         assert all(a["token"] == newest for a in ok), f"{item}: a stale ack was accepted"
         assert ok or unknown[item], f"{item}: never acked and not in the queue"
+    refused = [a for item_acks in acks.values() for a in item_acks if not a["ok"]]
+    assert refused, "no stale ack happened: reclaim was not exercised"
     during = [g for gs in claims.values() for g in gs if changer.started_at < g["granted_at"] < changer.ended_at]
     assert len(during) >= 10, f"only {len(during)} grants while the topology changed: not mid-run"
 

@@ -23,6 +23,7 @@ from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, slot_name
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from onceonly_cli.simulate.subscription_checks import max_open
 from tests.concurrency.race import run_workers
+from tests.conftest import BACKENDS
 from tests.support.held_deliveries import held_subscription
 from tests.support.webhook_workers import retry_worker
 from tests.support.webhooks import (
@@ -52,6 +53,8 @@ def _tenant(conn: psycopg.Connection[Any]) -> str:
     return tenant
 
 
+# and on a Redis Cluster: each slot is a lease of its own, on its own hash tag
+@pytest.mark.parametrize("store_url", [*BACKENDS, "redis_cluster"], indirect=True)
 def test_replicas_never_exceed_the_endpoints_in_flight_cap_and_lose_nothing(
     webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
 ) -> None:

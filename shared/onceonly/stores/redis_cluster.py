@@ -18,13 +18,14 @@ that the server gives BEFORE running anything, so only those are followed:
   sent; re-read the topology, send again.
 
 Any other failure after the call was sent (a reply lost, a timeout) may have
-run it: StoreUnavailableError, never a resend, as on one node. All of this is
-bounded by the store's timeout.
+run it: StoreUnavailableError, never a resend, as on one node. No new try
+starts once the store's timeout has passed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -70,17 +71,19 @@ class ClusterNodes:
         self._connect = connect
         self.tls = tls
         self._client: RedisCluster | None = None
+        self._connecting = threading.Lock()  # one client, whichever thread asks first
         self.socket_timeout = socket_timeout
         self._budget = budget  # seconds a call may spend following redirects
 
     @property
     def client(self) -> RedisCluster:
-        if self._client is None:
-            try:
-                self._client = self._connect()
-            except RedisClusterException as exc:
-                raise cluster_error(exc) from exc
-        return self._client
+        with self._connecting:
+            if self._client is None:
+                try:
+                    self._client = self._connect()
+                except RedisClusterException as exc:
+                    raise cluster_error(exc) from exc
+            return self._client
 
     def run(self, key: str, commands: Sequence[tuple[Any, ...]], source: str) -> list[Any]:
         with tls_explained(self.tls):
