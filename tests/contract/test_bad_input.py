@@ -321,8 +321,9 @@ def test_bad_claim_arguments(store: onceonly.Store, unique: str) -> None:
     assert other.ack(foreign) is True
 
 
-def test_whitespace_around_the_url_is_ignored(store_url: str, unique: str) -> None:
-    """A URL read from Secrets Manager or an env file often ends in a newline."""
+def test_whitespace_around_the_url_is_ignored(store: onceonly.Store, store_url: str, unique: str) -> None:
+    """A URL read from Secrets Manager or an env file often ends in a newline.
+    (``store`` sets the store up, so this test does not lean on an earlier one.)"""
     for url in (store_url + "\n", f"  {store_url}\r\n", f"\t{store_url} "):
         padded = onceonly.connect(url)
         try:
