@@ -45,9 +45,11 @@ def scope_on(request: pytest.FixtureRequest, jobs_db: str, moto_endpoint: str, s
 
 
 def kill_mid_job_then_retry(replicas: Replicas, store: onceonly.Store, scope: JobScope, function: str,
-                            pause_at: str, *lease_names: str, **env: str) -> dict[str, Any]:
+                            pause_at: str, *lease_names: str, **env: str) -> tuple[dict[str, Any], dict[str, int]]:
     """Start a run that stops itself at ``pause_at``, SIGKILL it there, wait for
-    its leases to expire, then invoke a retry of the same tick; its outcome."""
+    its leases to expire, then invoke a retry of the same tick; its outcome, and
+    the tokens the killed run held (tick and poller leases, by name). Tokens are
+    compared, never counted: Redis floors them by its clock."""
     event = scheduled_event(function, TICK)
     victim = replicas.start(scope.invocation(function, event, **env, TICK_LEASE_SECONDS=SHORT,
                                              POLLER_LEASE_SECONDS=SHORT),
@@ -58,12 +60,17 @@ def kill_mid_job_then_retry(replicas: Replicas, store: onceonly.Store, scope: Jo
     victim.join(10)
     assert victim.exitcode == -signal.SIGKILL
 
-    wait_until_expired(store, f"tick:{scope.job}:{TICK}", *lease_names)
+    tick_name = f"tick:{scope.job}:{TICK}"
+    wait_until_expired(store, tick_name, *lease_names)
+    held = {name: state.token for name in (tick_name, f"poller:{scope.job}", *lease_names)
+            if (state := store.inspect(name)) is not None}
     retry = replicas.start(scope.invocation(function, event, **env), name="retry")
     replicas.join(retry)
     outcome: dict[str, Any] = replicas.record("retry")["outcome"]
-    assert outcome["status"] == "ran" and outcome["reclaimed"] is True and outcome["token"] == 2
-    return outcome
+    taken_over = store.inspect(tick_name)
+    assert outcome["status"] == "ran" and outcome["reclaimed"] is True and outcome["token"] > held[tick_name]
+    assert taken_over is not None and taken_over.grant_number == 2  # the victim's grant, then the retry's
+    return outcome, held
 
 
 def test_overdue_killed_run_is_taken_over(scope_on: Any, replicas: Replicas, jobs_db: str) -> None:
@@ -72,16 +79,16 @@ def test_overdue_killed_run_is_taken_over(scope_on: Any, replicas: Replicas, job
         late = sorted(data.add_invoice(conn, scope.tenant, due_at="2026-11-01T00:00:00Z") for _ in range(2))
         data.ledger_read(conn, scope.job, tenant=scope.tenant)  # the scope's payment watcher is not behind
 
-    outcome = kill_mid_job_then_retry(replicas, store, scope, "overdue_invoices", "overdue.before_transitions")
+    outcome, _ = kill_mid_job_then_retry(replicas, store, scope, "overdue_invoices", "overdue.before_transitions")
 
     assert outcome["result"] == {"transitioned": 2}
     with data.connect(jobs_db) as conn:
         effects = data.invoice_effects(conn, scope.tenant)
         tick = data.rows(conn, "SELECT fence_token, finished_at FROM job_ticks WHERE job = %s", scope.job)
     assert effects["statuses"] == {"overdue": 2}
-    assert [(h["invoice_id"], h["fence_token"]) for h in effects["history"]] == [(i, 2) for i in late]
+    assert [(h["invoice_id"], h["fence_token"]) for h in effects["history"]] == [(i, outcome["token"]) for i in late]
     assert effects["activity"] == 2 and effects["notifications"] == 2
-    assert len(tick) == 1 and tick[0]["fence_token"] == 2 and tick[0]["finished_at"] is not None
+    assert len(tick) == 1 and tick[0]["fence_token"] == outcome["token"] and tick[0]["finished_at"] is not None
 
 
 def test_notifications_killed_after_claiming_are_sent_once(scope_on: Any, replicas: Replicas,
@@ -132,7 +139,7 @@ def test_recurring_killed_run_is_taken_over(scope_on: Any, replicas: Replicas, j
         schedule = data.add_schedule(conn, scope.tenant, cadence="weekly", anchor=date(2026, 11, 29) - timedelta(
             weeks=2))
 
-    outcome = kill_mid_job_then_retry(replicas, store, scope, "recurring_billing", "recurring.before_generate")
+    outcome, _ = kill_mid_job_then_retry(replicas, store, scope, "recurring_billing", "recurring.before_generate")
 
     assert outcome["result"] == {"generated": 3}
     assert data.generated_invoices(jobs_db, scope.tenant, schedule) == {
@@ -152,8 +159,8 @@ def test_payment_watcher_killed_before_sending_loses_no_webhook(
 
     try:
         # killed after the payments committed, before their webhook events reached SQS
-        outcome = kill_mid_job_then_retry(replicas, store, scope, "payment_watcher", "payments.before_publish",
-                                          **payments_env(fake_payments, sqs_queue))
+        outcome, held = kill_mid_job_then_retry(replicas, store, scope, "payment_watcher", "payments.before_publish",
+                                                **payments_env(fake_payments, sqs_queue))
     finally:
         with data.connect(jobs_db) as conn:
             data.delete_subscription(conn, webhook)
@@ -163,7 +170,9 @@ def test_payment_watcher_killed_before_sending_loses_no_webhook(
         payments = data.rows(conn, "SELECT transaction_hash, fence_token FROM payments WHERE poller = %s"
                                    " ORDER BY 1", scope.job)
         effects = data.invoice_effects(conn, scope.tenant)
-    assert [(p["transaction_hash"], p["fence_token"]) for p in payments] == [(h, 1) for h in hashes]
+    # applied under the killed run's poller lease
+    assert [(p["transaction_hash"], p["fence_token"]) for p in payments] == [(h, held[f"poller:{scope.job}"])
+                                                                             for h in hashes]
     assert effects["statuses"] == {"paid": 2} and len(effects["history"]) == 2
     mine = [m for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhook]
     assert sorted(m["payload"]["transaction_hash"] for m in mine) == hashes  # sent by the retry, once each

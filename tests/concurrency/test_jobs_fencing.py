@@ -28,6 +28,12 @@ pytestmark = pytest.mark.concurrency
 SHORT = {"TICK_LEASE_SECONDS": "2", "POLLER_LEASE_SECONDS": "2"}
 
 
+def poller_token(store: onceonly.Store, job: str) -> int:
+    state = store.inspect(f"poller:{job}")
+    assert state is not None, "the poller lease was never granted"
+    return state.token
+
+
 def resume(replicas: Replicas, proc: Any, name: str) -> dict[str, Any]:
     os.kill(proc.pid, signal.SIGCONT)
     replicas.join(proc)
@@ -90,12 +96,15 @@ def test_paused_poller_cannot_commit_its_cursor(
                                 name="paused", pause_at="payments.before_apply")
         wait_until_stopped(paused)
         wait_until_expired(store, f"tick:{scope.job}:2026-11-29T10:07:00Z", f"poller:{scope.job}")
+        paused_token = poller_token(store, scope.job)
         # B is the next minute's tick: a new tick lock, the same (expired) poller lease
         newer = replicas.start(scope.invocation("payment_watcher",
                                                 scheduled_event("payment_watcher", "2026-11-29T10:08:00Z"),
                                                 **pay_env),
                                name="newer", pause_at="payments.before_apply")
         wait_until_stopped(newer)
+        newer_token = poller_token(store, scope.job)  # Redis tokens are ordered, not counted
+        assert newer_token > paused_token
 
         stale = resume(replicas, paused, "paused")["outcome"]
         assert stale["status"] == "superseded"
@@ -103,7 +112,7 @@ def test_paused_poller_cannot_commit_its_cursor(
             cursor = data.rows(conn, "SELECT cursor, fence_token FROM payment_cursors WHERE poller = %s",
                                cursor_row)
             applied = data.rows(conn, "SELECT 1 FROM payments WHERE poller = %s", scope.job)
-        assert cursor == [{"cursor": "", "fence_token": 2}] and applied == []  # A moved nothing
+        assert cursor == [{"cursor": "", "fence_token": newer_token}] and applied == []  # A moved nothing
 
         current = resume(replicas, newer, "newer")["outcome"]
     finally:
@@ -115,8 +124,8 @@ def test_paused_poller_cannot_commit_its_cursor(
         cursor = data.rows(conn, "SELECT cursor, fence_token FROM payment_cursors WHERE poller = %s", cursor_row)
         payments = data.rows(conn, "SELECT fence_token FROM payments WHERE poller = %s", scope.job)
         effects = data.invoice_effects(conn, scope.tenant)
-    assert cursor == [{"cursor": records[-1]["paging_token"], "fence_token": 2}]
-    assert [p["fence_token"] for p in payments] == [2, 2]
+    assert cursor == [{"cursor": records[-1]["paging_token"], "fence_token": newer_token}]
+    assert [p["fence_token"] for p in payments] == [newer_token, newer_token]
     assert effects["statuses"] == {"paid": 2}
     mine = [m for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhook]
     assert len(mine) == 2
