@@ -37,9 +37,13 @@ def judge_recover(requests: Iterable[ReceivedRequest], statuses: dict[str, str],
     for request in requests:
         if request.webhook_id in by_id:
             by_id[request.webhook_id].append(request)
+    # Split at recovered_at itself, with no tolerance: an aborted delivery has no
+    # queue item until recover() runs, after recovered_at was read, and the abort
+    # that made it so was received before its status was written and read back.
+    # (An abort received a few ms before the recover is "before", never "after".)
     for delivery_id, seen in sorted(by_id.items()):
-        before = [r for r in seen if r.received_at < recovered_at - TOLERANCE]
-        after = [r for r in seen if r.received_at >= recovered_at - TOLERANCE]
+        before = [r for r in seen if r.received_at < recovered_at]
+        after = [r for r in seen if r.received_at >= recovered_at]
         if not before or any(r.accepted for r in before):
             bad.append(f"{delivery_id}: not aborted before the recover ({[r.status for r in before]})")
         if statuses.get(delivery_id) != "succeeded" or not any(r.accepted for r in after):
