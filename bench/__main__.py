@@ -3,6 +3,7 @@
     .venv/bin/python -m bench --out docs/        # full run (under 15 minutes on 2 cores)
     .venv/bin/python -m bench --smoke --out DIR  # tiny sizes, one repetition (CI)
     .venv/bin/python -m bench.redis_cluster --out docs/  # Redis Cluster against one node (its own section)
+    .venv/bin/python -m bench.admission --out docs/      # endpoint admission, scan against semaphore (own section)
 
 Writes DIR/benchmarks.md (tables, charts, targets), DIR/benchmarks.json (every
 run's raw figures) and DIR/bench-*.png. Needs the bench extra:
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    admission,
     backlog,
     charts,
     claims,
@@ -94,11 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     result["charts"] = charts.draw(result["runs"], sizes, args.out)
     (args.out / "benchmarks.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     page = args.out / "benchmarks.md"
-    # The Redis Cluster section comes from its own command (bench/redis_cluster.py): kept as it was.
-    cluster_section = redis_cluster.kept_section(page.read_text(encoding="utf-8")) if page.exists() else None
+    # The Redis Cluster, endpoint admission and cost floor sections come from their
+    # own commands (bench/redis_cluster.py, bench/admission.py, bench.delivery_cost
+    # --floor): kept as they were.
+    earlier = page.read_text(encoding="utf-8") if page.exists() else ""
     markdown = Report(result, sizes, targets).markdown()
-    page.write_text(redis_cluster.replace_section(markdown, cluster_section) if cluster_section else markdown,
-                    encoding="utf-8")
+    for own in (redis_cluster, admission, delivery_cost):
+        kept = own.kept_section(earlier)
+        if kept:
+            markdown = own.replace_section(markdown, kept)
+    page.write_text(markdown, encoding="utf-8")
     print(f"wrote {args.out / 'benchmarks.md'} in {result['duration_minutes']:.1f} min", file=sys.stderr)
     return 0
 

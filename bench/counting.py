@@ -1,8 +1,9 @@
 """Round trips counted on the client, in each worker process:
 
-- PostgreSQL: every ``psycopg.Connection.wait`` whose exchange really went to
-  the server (a statement, or the pool's check of a connection on checkout;
-  not a COMMIT that psycopg skips because autocommit left nothing open);
+- PostgreSQL: every ``psycopg.Connection.wait`` that waits for the server's
+  reply (a statement, a pipeline of statements up to its sync, or the pool's
+  check of a connection on checkout; not a COMMIT that psycopg skips because
+  autocommit left nothing open);
 - Redis: every ``send_packed_command`` of a redis-py connection (one write of
   one command or one pipeline, whose replies are then read);
 - DynamoDB: botocore's ``before-call`` event on the client (one API call;
@@ -25,19 +26,31 @@ def _count() -> None:
 
 
 def _counted(gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
-    """Pass a psycopg wait generator through, counting it once if it ever waits
-    on the socket (a generator that returns at once sent nothing)."""
+    """Pass a psycopg wait generator through, counting it once if it waits to
+    read the server's reply. Waits that only send are not round trips: in
+    pipeline mode psycopg sends each statement and the sync in waits of their
+    own (read or write), then reads every reply in one wait that reads only."""
+    counted = False
     try:
         request = next(gen)
     except StopIteration as stop:
         return stop.value
-    _count()
     while True:
+        if not counted and _reads_only(request):
+            _count()
+            counted = True
         reply = yield request
         try:
             request = gen.send(reply)
         except StopIteration as stop:
             return stop.value
+
+
+def _reads_only(request: Any) -> bool:
+    from psycopg.waiting import Wait
+
+    wait = request[1] if isinstance(request, tuple) else request
+    return int(wait) == int(Wait.R)
 
 
 def install() -> None:

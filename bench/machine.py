@@ -52,6 +52,11 @@ def describe(places: Places) -> dict[str, Any]:
         "redis": redis_version,
         "dynalite": _dynalite_version(),
         "libraries": {name: version(name) for name in LIBRARIES},
-        "commit": _git("rev-parse", "--short", "HEAD") + (" (with local changes)" if _changed() else ""),
+        "commit": commit(),
         "load_average_start": os.getloadavg(),
     }
+
+
+def commit() -> str:
+    """The checkout's commit, and whether it has local changes."""
+    return _git("rev-parse", "--short", "HEAD") + (" (with local changes)" if _changed() else "")

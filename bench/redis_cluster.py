@@ -17,7 +17,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import re
 import secrets
 import statistics
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import onceonly
+from bench.marked_sections import MarkedSection
 from onceonly_cli.servers import LocalServers
 
 QUEUE_COUNTS = (1, 4, 16)
@@ -151,18 +151,9 @@ def section(result: dict[str, Any]) -> str:
     ])
 
 
-def replace_section(markdown: str, new: str) -> str:
-    """``markdown`` with its Redis Cluster section replaced by ``new`` (appended if absent)."""
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
-    if pattern.search(markdown):
-        return pattern.sub(lambda _: new, markdown)
-    return markdown.rstrip("\n") + "\n\n" + new + "\n"
-
-
-def kept_section(markdown: str) -> str | None:
-    """The Redis Cluster section of an earlier benchmarks.md, for the full run to keep."""
-    found = re.search(re.escape(BEGIN) + ".*?" + re.escape(END), markdown, re.DOTALL)
-    return found.group(0) if found else None
+_SECTION = MarkedSection(BEGIN, END)
+replace_section = _SECTION.replace  # the Redis Cluster section of docs/benchmarks.md
+kept_section = _SECTION.kept
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -309,9 +309,9 @@ class Report:
                 "trips per item). Batch 1 costs two calls per item, so it runs on fewer items; dynalite "
                 "(a single-threaded Node.js DynamoDB stand-in, far slower than the service) gets fewer everywhere. "
                 "Each run is still seconds long. The bare statements run on the same item counts as their store.",
-                "- Round trips are counted on the client: PostgreSQL, every psycopg wait that reached the server "
-                "(statements and the pool's check on checkout); Redis, every command or pipeline redis-py sent; "
-                "DynamoDB, botocore's `before-call` event (API calls).",
+                "- Round trips are counted on the client: PostgreSQL, every psycopg wait for the server's reply "
+                "(a statement, a pipeline up to its sync, the pool's check on checkout); Redis, every command or "
+                "pipeline redis-py sent; DynamoDB, botocore's `before-call` event (API calls).",
                 "- Worker processes start once and are reused; each run's processes connect (one real round trip) "
                 "before one barrier releases them. Runs whose processes did not all overlap: "
                 f"{sum(1 for r in self.runs if r.get('overlapped') is False)} of {len(self.runs)}.",

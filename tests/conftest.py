@@ -172,6 +172,7 @@ _PROCESS_HEAVY = (
     "tests/concurrency/test_webhooks_replicas.py",
     "tests/concurrency/test_jobs_replicas.py",
     "tests/concurrency/test_store_races.py",
+    "tests/concurrency/test_permit_races.py",
     "tests/concurrency/test_pgbouncer_race.py",
     "tests/concurrency/test_redis_seed_regression.py",
     "tests/concurrency/test_redis_cluster_topology.py",

@@ -100,7 +100,14 @@ class _Endpoint:
     rng: random.Random
 
 
-class _QuietServer(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    # A web server's listen backlog (nginx: 511), not socketserver's 5: with
+    # more connects at once than the backlog holds, the kernel drops the
+    # others' SYNs and each client waits a second to send it again.
+    request_queue_size = 512
+
+
+class _QuietServer(_Server):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A killed sender resets its connection; that is expected, not news."""
 
@@ -118,7 +125,7 @@ class WebhookReceiver:
         self._counts: Counter[str] = Counter()
         self.requests: list[ReceivedRequest] = []
         self.cut_attempts: list[CutAttempt] = []
-        server_class = _QuietServer if quiet else ThreadingHTTPServer
+        server_class = _QuietServer if quiet else _Server
         self._server = server_class((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None

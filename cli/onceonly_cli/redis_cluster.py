@@ -16,8 +16,9 @@ from pathlib import Path
 
 import redis
 
-from .servers import ServerSetupError, free_port, redis_server_binary, wait_for_port
+from .servers import ServerSetupError, free_port, redis_server_binary
 
+PORT_ATTEMPTS = 3  # starts of a node whose port was taken before it bound
 PRIMARIES = 3
 # A failed primary is replaced after this long without an answer (ElastiCache
 # uses seconds too; short here so that a failover test does not wait long).
@@ -59,21 +60,54 @@ class LocalCluster:
             return f"redis://127.0.0.1:{self.nodes[0].port}?cluster=1"
         return f"rediss://127.0.0.1:{self.nodes[0].port}?cluster=1&ssl_ca_certs={self.tls.ca}"
 
-    def client(self, port: int) -> redis.Redis:
+    def client(self, port: int, timeout: float = 5) -> redis.Redis:
         """A plain client of one node (for admin commands: CLUSTER, INFO)."""
         if self.tls is None:
-            return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True)
-        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True,
-                           ssl=True, ssl_ca_certs=str(self.tls.ca))
+            return redis.Redis(host="127.0.0.1", port=port, socket_timeout=timeout,
+                               socket_connect_timeout=timeout, decode_responses=True)
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=timeout, socket_connect_timeout=timeout,
+                           decode_responses=True, ssl=True, ssl_ca_certs=str(self.tls.ca))
 
     def start(self) -> str:
-        for _ in range(2 * PRIMARIES):
-            self.nodes.append(self._start_node())
-        for node in self.nodes:
-            wait_for_port(node.port, node.process, "redis-server (cluster node)")
+        started = [self._start_node() for _ in range(2 * PRIMARIES)]
+        self.nodes.extend(self._listening(node) for node in started)
         self._create()
         self.wait_ready()
         return self.url
+
+    def _listening(self, node: ClusterNodeProcess) -> ClusterNodeProcess:
+        """``node`` once it answers on its port. One that exited first is started
+        again on new ports: between free_port and the node's bind, another
+        process (a test worker starting its own servers) can take a port."""
+        for _ in range(PORT_ATTEMPTS - 1):
+            if self._answers(node):
+                return node
+            node = self._start_node()
+        if not self._answers(node):
+            raise ServerSetupError(f"redis-server (cluster node) exited {PORT_ATTEMPTS} times before listening "
+                                   f"(code {node.process.returncode})")
+        return node
+
+    def _answers(self, node: ClusterNodeProcess) -> bool:
+        """True once the node itself answers on its port, False if it exited."""
+        deadline = time.monotonic() + READY_TIMEOUT
+        while node.process.poll() is None:
+            if self._serves(node):
+                return True
+            if time.monotonic() > deadline:
+                raise ServerSetupError(f"redis-server (cluster node) did not answer on 127.0.0.1:{node.port} "
+                                       f"within {READY_TIMEOUT:.0f}s")
+            time.sleep(0.05)
+        return False
+
+    def _serves(self, node: ClusterNodeProcess) -> bool:
+        """Whether the process answering on the node's port is the node itself:
+        an open port alone may be another process's."""
+        try:
+            with self.client(node.port, timeout=1) as client:
+                return int(client.info("server")["process_id"]) == node.process.pid
+        except (redis.RedisError, OSError):
+            return False
 
     def _start_node(self) -> ClusterNodeProcess:
         port, bus_port = free_port(), free_port()
@@ -97,7 +131,9 @@ class LocalCluster:
         assert node.process.poll() is not None, "the node still runs"
         node.process = subprocess.Popen(node.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.started(node.process)
-        wait_for_port(node.port, node.process, "redis-server (cluster node)")
+        if not self._answers(node):
+            raise ServerSetupError(f"redis-server (cluster node) exited with code {node.process.returncode} "
+                                   f"on restart: is 127.0.0.1:{node.port} taken?")
 
     def _create(self) -> None:
         cli = shutil.which("redis-cli")

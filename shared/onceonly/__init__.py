@@ -1,7 +1,7 @@
 """onceonly: leases with fencing tokens, atomic due queues and a cron guard for
 Lambda functions that run on many concurrent invocations."""
 
-from .api import Claim, ClaimBatch, Lease, LeaseState, Queue, QueueDepth, Store
+from .api import Claim, ClaimBatch, Lease, LeaseState, LeaseStore, Permit, Queue, QueueDepth, Store
 from .connect import connect
 from .errors import (
     ConfigError,
@@ -24,7 +24,9 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "LeaseState",
+    "LeaseStore",
     "OnceOnlyError",
+    "Permit",
     "Queue",
     "QueueDepth",
     "Store",

@@ -32,6 +32,16 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Permit:
+    """One place of a counting semaphore (:meth:`Store.take_permit`), held by
+    ``holder`` (a random id per grant) until ``expires_at`` unless returned first."""
+
+    name: str
+    holder: str
+    expires_at: float  # epoch seconds, by the store's clock
+
+
+@dataclass(frozen=True)
 class Claim:
     """A claimed queue item. ``attempt`` counts every grant of the item (1 on the
     first claim); ``token`` strictly increases across grants of the same item."""
@@ -97,6 +107,11 @@ class Queue(Protocol):
     def cancel(self, item_id: str) -> bool:
         """Remove the item whatever its state. False if it was not there."""
 
+    def cancel_many(self, item_ids: Sequence[str]) -> list[bool]:
+        """:meth:`cancel` for each id, in one round trip where the store allows it;
+        whether each was there, in the order given (an id listed twice: only its
+        first entry can be). Every id is checked before anything is removed."""
+
     def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
         """Atomically take up to ``limit`` items that are due or whose lease expired.
         Concurrent callers always get disjoint sets. Empty list when nothing is due.
@@ -122,11 +137,11 @@ class Queue(Protocol):
 
 
 @runtime_checkable
-class Store(Protocol):
-    """A coordination store: leases with fencing tokens, and due queues."""
-
-    def setup(self) -> None:
-        """Create the tables/indexes the store needs. Idempotent."""
+class LeaseStore(Protocol):
+    """The leases of a coordination store: all that the cron guard
+    (:func:`onceonly.scheduled`) uses. A wrapper of your own (logging,
+    metrics, fault injection) that forwards these methods is enough for it,
+    and stays enough when the store grows other methods."""
 
     def acquire(self, name: str, ttl: float = 30.0) -> Lease | None:
         """Grant ``name`` for ``ttl`` seconds, or None if it is held or completed."""
@@ -151,6 +166,40 @@ class Store(Protocol):
 
     def inspect(self, name: str) -> LeaseState | None:
         """The current record of ``name`` (for status tools), or None if never granted."""
+
+
+@runtime_checkable
+class Store(LeaseStore, Protocol):
+    """A coordination store: leases with fencing tokens, counting semaphores
+    and due queues."""
+
+    def setup(self) -> None:
+        """Create the tables/indexes the store needs. Idempotent."""
+
+    def take_permit(self, name: str, limit: int, ttl: float = 30.0) -> Permit | None:
+        """Take one of at most ``limit`` places of the counting semaphore
+        ``name`` for ``ttl`` seconds, or None when ``limit`` permits are held.
+        One atomic store operation, which also drops the holders whose ttl has
+        ended (a crashed holder's permit frees itself). ``limit`` is read on each
+        call: lowered below the holders, no permit until they fall below it;
+        raised, the new places are free at once. Semaphore names are apart from
+        lease names. Raises ConfigError for a bad name, limit or ttl."""
+
+    def take_permits(self, wants: Sequence[tuple[str, int]], ttl: float = 30.0) -> list[Permit | None]:
+        """take_permit for each ``(name, limit)`` of ``wants``, in order: a Permit
+        or None each, every one taken as take_permit takes it (a name listed
+        twice asks for two places). On PostgreSQL one statement for them all;
+        on Redis and DynamoDB one operation each. Raises ConfigError for a bad
+        want or ttl, before taking any."""
+
+    def return_permit(self, permit: Permit) -> bool:
+        """Give the place back at once (one atomic store operation). False if
+        the permit had expired or was already returned: nothing else is freed."""
+
+    def return_permits(self, permits: Sequence[Permit]) -> list[bool]:
+        """return_permit for each of ``permits``, in order. On PostgreSQL one
+        statement for them all; on Redis and DynamoDB one operation each.
+        Raises ConfigError for a bad permit, before returning any."""
 
     def queue(self, name: str) -> Queue:
         """The due queue called ``name`` (created lazily)."""

@@ -39,7 +39,7 @@ from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from .api import Lease, Store
+from .api import Lease, LeaseStore
 from .errors import ConfigError, LeaseLostError, OnceOnlyError
 from .heartbeat import Heartbeat, LeaseClock, assumed_skew
 from .stores._common import MAX_NAME_BYTES, check_name, check_seconds
@@ -92,7 +92,7 @@ class Tick:
     event_id: str | None
     lease: Lease
     ttl: float
-    _store: Store = field(repr=False)
+    _store: LeaseStore = field(repr=False)
     # time.monotonic() before the request that granted the lease was sent
     # (default: now); the lease's end is counted from it, ``clock_skew``
     # seconds early (the store's assumed skew between its clients' clocks).
@@ -120,7 +120,7 @@ class Tick:
         return self.lease.grant_number > 1
 
     @property
-    def store(self) -> Store:
+    def store(self) -> LeaseStore:
         """The coordination store the tick was claimed on (for job-wide leases)."""
         return self._store
 
@@ -186,7 +186,8 @@ def _call_quietly(callback: Callable[[], object]) -> None:
 
 Body = Callable[[Any, Any, Tick], Any]
 Handler = Callable[[Any, Any], dict[str, Any]]
-StoreSource = Store | Callable[[], Store]
+# The leases are all the guard uses: any wrapper forwarding them will do.
+StoreSource = LeaseStore | Callable[[], LeaseStore]
 
 
 def tick_lock_name(job: str, scheduled_time: datetime) -> str:
@@ -237,12 +238,13 @@ def _check_job(job: str) -> str:
     return job
 
 
-def _resolve(source: StoreSource) -> Store:
-    if isinstance(source, Store):
+def _resolve(source: StoreSource) -> LeaseStore:
+    if isinstance(source, LeaseStore):
         return source
     store = source()
-    if not isinstance(store, Store):
-        raise ConfigError(f"the store factory returned {type(store).__name__}, not a onceonly Store")
+    if not isinstance(store, LeaseStore):
+        raise ConfigError(f"the store factory returned {type(store).__name__}, not a onceonly Store "
+                          "(it needs acquire, renew, release, complete and inspect)")
     return store
 
 
@@ -260,7 +262,7 @@ def scheduled(
     that runs the body at most once at a time per tick and never again after it
     completed (for ``keep`` seconds).
 
-    ``store`` is a Store or a zero-argument callable returning one (called per
+    ``store`` is a Store (or any LeaseStore) or a zero-argument callable returning one (called per
     invocation, so pass a cached factory such as ``onceonly_app.appdb.clients.coordination_store``).
     ``ttl`` is the tick's lease and ``heartbeat`` (default ``ttl / 3``) how often
     a background thread renews it while the body runs: each renewal starts
@@ -382,7 +384,7 @@ def _event_id(event: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _skipped(store: Store, name: str, report: dict[str, Any], log: Any,
+def _skipped(store: LeaseStore, name: str, report: dict[str, Any], log: Any,
              count: Callable[[str], None]) -> dict[str, Any]:
     state = store.inspect(name)
     reason = "completed" if state is not None and state.completed else "running"
@@ -392,7 +394,7 @@ def _skipped(store: Store, name: str, report: dict[str, Any], log: Any,
     return {**report, "status": "skipped", "reason": reason}
 
 
-def _release_after_failure(store: Store, lease: Lease, log: Any, fields: dict[str, Any]) -> None:
+def _release_after_failure(store: LeaseStore, lease: Lease, log: Any, fields: dict[str, Any]) -> None:
     """Give the tick back so a retry can run at once; the body's error is what
     propagates, so a failing release is logged, not raised over it."""
     try:

@@ -27,6 +27,13 @@ def probe(postgres_url: str, redis_url: str, dynalite_endpoint: str) -> Job:
     conn = psycopg.connect(postgres_url, autocommit=True)
     seen["pg statement"] = _trips(lambda: conn.execute("SELECT 1"))
     seen["pg commit with nothing open"] = _trips(conn.commit)
+
+    def pipeline_of_two() -> None:
+        with conn.pipeline():
+            conn.execute("SELECT set_config('statement_timeout', '5000', true)")
+            conn.execute("SELECT 1")
+
+    seen["pg pipeline of two, one sync"] = _trips(pipeline_of_two)
     conn.close()
     client = redis.Redis.from_url(redis_url)
     client.ping()  # connects (its handshake is not what is measured)

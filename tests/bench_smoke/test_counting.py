@@ -23,6 +23,7 @@ def test_round_trips_are_exchanges_with_the_server(postgres_url: str, redis_serv
     assert result["seen"] == {
         "pg statement": 1,
         "pg commit with nothing open": 0,
+        "pg pipeline of two, one sync": 1,  # each statement is sent in a wait of its own, the replies read in one
         "redis command": 1,
         "redis pipeline of three": 1,
         "dynamodb call": 1,

@@ -23,3 +23,16 @@ def check_holdings(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for earlier, later in zip(ordered, ordered[1:], strict=False):
             assert later["start"] >= earlier["end"], f"{name}: tokens {earlier['token']} and {later['token']} overlap"
     return held
+
+
+def peak_holders(holdings: list[dict[str, Any]]) -> int:
+    """The most holdings (``start``/``end`` on one machine's clock) open at one
+    moment. Each holding was recorded inside the store's own holding (after
+    the take returned, before the return was sent), so a peak above the limit
+    here is one in the store too."""
+    edges = sorted([(h["start"], 1) for h in holdings] + [(h["end"], -1) for h in holdings])
+    open_now = peak = 0
+    for _, step in edges:  # at one instant an end (-1) sorts before a start (+1)
+        open_now += step
+        peak = max(peak, open_now)
+    return peak

@@ -55,6 +55,64 @@ def hold_hot_names(n: int, barrier: Any, path: Path, url: str, names: list[str],
     history.close()
 
 
+def hold_permits(n: int, barrier: Any, path: Path, url: str, name: str, limit: int, rounds: int,
+                 ttl: float, abandon: float) -> None:
+    """Take a permit of one semaphore, hold it a moment, return it, many times;
+    record each holding (from after the take returned to before the return was
+    sent) and each take that found the semaphore full. A share ``abandon`` of
+    the permits is never returned, as by a holder that crashed: held until its
+    ttl ends (recorded up to 5 ms before its expiry), then its place must free."""
+    history = History(path)
+    store = _start(barrier, url)
+    rng = random.Random(n)
+    for _ in range(rounds):
+        permit = store.take_permit(name, limit, ttl=ttl)
+        if permit is None:
+            history.write(event="full", worker=n, at=time.time())
+            time.sleep(rng.uniform(0, 0.003))
+            continue
+        start = time.time()
+        if rng.random() < abandon:
+            history.write(event="held", worker=n, holder=permit.holder, start=start, end=permit.expires_at - 0.005,
+                          returned=None)
+            continue
+        time.sleep(rng.uniform(0.002, 0.01))
+        end = time.time()
+        returned = store.return_permit(permit)
+        history.write(event="held", worker=n, holder=permit.holder, start=start, end=end, returned=returned)
+    store.close()
+    history.close()
+
+
+def hold_permit_sets(n: int, barrier: Any, path: Path, url: str, names: list[str], limit: int,
+                     rounds: int) -> None:
+    """Take permits of several semaphores in one take_permits call (the names
+    shuffled, one sometimes asked for twice), hold them a moment, return
+    them in one return_permits call (shuffled again); record each holding by
+    name and each want that found its semaphore full."""
+    history = History(path)
+    store = _start(barrier, url)
+    rng = random.Random(n)
+    for _ in range(rounds):
+        wanted = rng.sample(names, len(names)) + ([rng.choice(names)] if rng.random() < 0.3 else [])
+        permits = store.take_permits([(name, limit) for name in wanted], ttl=30)
+        start = time.time()
+        for name, permit in zip(wanted, permits, strict=True):
+            if permit is None:
+                history.write(event="full", worker=n, name=name, at=start)
+            else:
+                assert permit.name == name
+        time.sleep(rng.uniform(0.002, 0.01))
+        end = time.time()
+        taken = [permit for permit in permits if permit is not None]
+        rng.shuffle(taken)  # given back in one return_permits call, in an order of its own
+        for permit, returned in zip(taken, store.return_permits(taken), strict=True):
+            history.write(event="held", worker=n, name=permit.name, holder=permit.holder, start=start, end=end,
+                          returned=returned)
+    store.close()
+    history.close()
+
+
 def drain_queue(n: int, barrier: Any, path: Path, url: str, queue: str, batch: int) -> None:
     """Claim batches until the queue stays empty, ack each batch at once."""
     history = History(path)
@@ -116,12 +174,15 @@ def _record_acks(history: History, n: int, claims: list[onceonly.Claim], results
 
 
 def hold_and_hang(n: int, barrier: Any, path: Path, url: str, lease_name: str, queue: str, ttl: float) -> None:
-    """Take a lease and a queue item, record them, then hang until SIGKILLed."""
+    """Take a lease, a queue item and the one permit of a semaphore (limit 1,
+    named as the lease), record them, then hang until SIGKILLed."""
     history = History(path)
     store = _start(barrier, url)
     lease = store.acquire(lease_name, ttl=ttl)
     (claim,) = store.queue(queue).claim(limit=1, lease=ttl)
-    assert lease is not None
-    history.write(lease_token=lease.token, claim_token=claim.token, attempt=claim.attempt)
+    permit = store.take_permit(lease_name, 1, ttl=ttl)
+    assert lease is not None and permit is not None
+    history.write(lease_token=lease.token, claim_token=claim.token, attempt=claim.attempt,
+                  permit_expires_at=permit.expires_at)
     while True:  # mid-lease: the test kills us here
         time.sleep(1)

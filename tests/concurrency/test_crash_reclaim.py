@@ -1,5 +1,6 @@
 """A holder SIGKILLed mid-lease: after expiry another process gets the lease
-and the item with a higher token and the next attempt number."""
+and the item with a higher token and the next attempt number, and the
+semaphore place the holder's permit held."""
 
 from __future__ import annotations
 
@@ -40,7 +41,12 @@ def test_killed_holder_is_reclaimed_after_expiry(store_url: str, unique: str, tm
     holder.join()
     assert holder.exitcode == -signal.SIGKILL
 
+    assert time.time() < held["permit_expires_at"] - 0.2, "too slow to see the dead holder's permit still held"
+    assert store.take_permit(unique, 1, ttl=30) is None  # the dead holder's permit holds the one place
+
     time.sleep(TTL + 0.5)
+    permit = store.take_permit(unique, 1, ttl=30)  # its ttl ended: the place freed itself
+    assert permit is not None and store.return_permit(permit) is True
     lease = store.acquire(unique, ttl=30)
     claims = queue.claim(limit=5, lease=30)
     assert lease is not None and lease.token > held["lease_token"] and lease.grant_number == 2

@@ -25,7 +25,7 @@ import pytest
 import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
-from onceonly_app.webhooks.endpoint_limits import DEFER_RETENTION, slot_name
+from onceonly_app.webhooks.endpoint_limits import DEFER_RETENTION, semaphore_name
 from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
 from tests.concurrency.race import CTX, run_workers
 from tests.support.held_deliveries import held_subscription, new_tenant
@@ -207,7 +207,7 @@ def test_a_delivery_held_back_past_the_retention_expires(
         subscriptions.update(conn, added.id, url=receiver.endpoint(new_id("ep"), added.secret),
                              allow_http_hosts={"127.0.0.1"})
         tenant = str(subscriptions.show(conn, added.id)["tenant_id"])
-    busy = store.acquire(slot_name(added.id, 0), ttl=60)  # the cap stays full
+    busy = store.take_permit(semaphore_name(added.id), 1, ttl=60)  # the cap stays full
     assert busy is not None
     event_id = new_id("evt")
     delivery_id = delivery_id_for(added.id, event_id)
@@ -232,5 +232,5 @@ def test_a_delivery_held_back_past_the_retention_expires(
     assert "longer than the retention" in row["last_error"]
     assert store.queue(env["WEBHOOK_QUEUE"]).depth().total == 0  # nothing left to claim
     assert receiver.history() == []
-    assert store.release(busy)
+    assert store.return_permit(busy)
 

@@ -19,7 +19,7 @@ import pytest
 import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
-from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, slot_name
+from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, semaphore_name
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from onceonly_cli.simulate.subscription_checks import max_open
 from tests.concurrency.race import run_workers
@@ -53,7 +53,7 @@ def _tenant(conn: psycopg.Connection[Any]) -> str:
     return tenant
 
 
-# and on a Redis Cluster: each slot is a lease of its own, on its own hash tag
+# and on a Redis Cluster: the endpoint's semaphore is one key, on its own hash tag
 @pytest.mark.parametrize("store_url", [*BACKENDS, "redis_cluster"], indirect=True)
 def test_replicas_never_exceed_the_endpoints_in_flight_cap_and_lose_nothing(
     webhook_db: str, store: onceonly.Store, store_url: str, receiver: WebhookReceiver, tmp_path: Path
@@ -85,41 +85,53 @@ TAKERS = 4
 TRIES = 60
 
 
-def _rate_taker(worker_no: int, barrier: Any, history_path: Path, db: str, webhook_id: str) -> None:
-    """Take tokens of ``webhook_id``'s bucket as fast as possible; record each grant's time."""
+def _rate_taker(worker_no: int, barrier: Any, history_path: Path, db: str, webhook_ids: list[str]) -> None:
+    """Take tokens of the buckets of ``webhook_ids``, all in one statement (in
+    an order of the worker's own), as fast as possible; record each grant's time."""
     from psycopg_pool import ConnectionPool
 
     from onceonly_app.webhooks.endpoint_limits import SQL
     from tests.concurrency.race import BARRIER_TIMEOUT, History
 
     history = History(history_path)
+    mine = webhook_ids[worker_no % len(webhook_ids):] + webhook_ids[:worker_no % len(webhook_ids)]
     with ConnectionPool(db, min_size=1, max_size=1, open=True) as pool:
         with pool.connection() as conn:
             conn.execute("SELECT 1")  # connected before the barrier
         barrier.wait(BARRIER_TIMEOUT)
         for _ in range(TRIES):
             with pool.connection() as conn:
-                granted = conn.execute(SQL["take_rate_token"], {"webhook_id": webhook_id, "rate": RATE}).fetchone()
-            history.write(worker=worker_no, at=time.time(), granted=granted is not None)
+                taken = {row[0] for row in conn.execute(SQL["take_rate_tokens"],
+                                                        {"webhook_ids": mine, "rates": [RATE] * len(mine)})}
+            at = time.time()
+            for webhook_id in mine:
+                history.write(worker=worker_no, webhook_id=webhook_id, at=at, granted=webhook_id in taken)
             time.sleep(0.01)
     history.close()
 
 
 def test_the_rate_bucket_grants_at_most_a_burst_plus_the_rate_across_processes(
         webhook_db: str, tmp_path: Path) -> None:
+    """Two buckets taken from in one statement by every process, in different
+    orders: each grants at most its burst plus its rate, and no two takers
+    deadlock (a deadlock would fail a worker)."""
     with psycopg.connect(webhook_db, autocommit=True) as conn:
-        webhook_id = subscriptions.add(conn, _tenant(conn), "http://127.0.0.1:9/", rate_per_second=RATE,
-                                       allow_http_hosts={"127.0.0.1"}).id
-    events = run_workers(_rate_taker, TAKERS, tmp_path / "rate", webhook_db, webhook_id,
+        tenant = _tenant(conn)
+        webhook_ids = [subscriptions.add(conn, tenant, "http://127.0.0.1:9/", rate_per_second=RATE,
+                                         allow_http_hosts={"127.0.0.1"}).id for _ in range(2)]
+    events = run_workers(_rate_taker, TAKERS, tmp_path / "rate", webhook_db, webhook_ids,
                          won=lambda e: e["granted"])
-    grants = sorted(e["at"] for e in events if e["granted"])
-    assert len(events) == TAKERS * TRIES and len(grants) < len(events)  # some were refused: the bucket ran dry
-    # Any window of w seconds holds at most the burst (one second's worth) plus w x rate.
-    for i, start in enumerate(grants):
-        for j in range(i, len(grants)):
-            window = grants[j] - start
-            assert j - i + 1 <= RATE + RATE * window + 1, (j - i + 1, window)  # +1: clock skew between processes
-    assert len(grants) >= RATE  # the burst was granted
+    assert len(events) == TAKERS * TRIES * len(webhook_ids)
+    for webhook_id in webhook_ids:
+        mine = [e for e in events if e["webhook_id"] == webhook_id]
+        grants = sorted(e["at"] for e in mine if e["granted"])
+        assert len(grants) < len(mine)  # some were refused: the bucket ran dry
+        # Any window of w seconds holds at most the burst (one second's worth) plus w x rate.
+        for i, start in enumerate(grants):
+            for j in range(i, len(grants)):
+                window = grants[j] - start
+                assert j - i + 1 <= RATE + RATE * window + 1, (j - i + 1, window)  # +1: clock skew between processes
+        assert len(grants) >= RATE  # the burst was granted
 
 
 def _emitted(output: str) -> Counter[str]:
@@ -146,7 +158,7 @@ def test_a_first_attempt_held_back_by_the_cap_is_delayed_without_using_an_attemp
         subscriptions.update(conn, added.id, url=receiver.endpoint(new_id("ep"), added.secret),
                              allow_http_hosts={"127.0.0.1"})
         tenant = str(subscriptions.show(conn, added.id)["tenant_id"])
-    busy = store.acquire(slot_name(added.id, 0), ttl=30)  # another replica's request in flight
+    busy = store.take_permit(semaphore_name(added.id), 1, ttl=30)  # another replica's request in flight
     assert busy is not None
     event_id = new_id("evt")
     delivery_id = delivery_id_for(added.id, event_id)
@@ -160,8 +172,8 @@ def test_a_first_attempt_held_back_by_the_cap_is_delayed_without_using_an_attemp
         assert emitted["deliveries_deferred"] == 1 and emitted["deliveries_failed"] == 0, emitted
         time.sleep(HELD_BACK_DELAY[1])  # due again
         assert retry(scheduled_event(), context("retry", 20))["deferred"] >= 1
-        assert receiver.history() == []  # still held back: the slot is taken
-        assert store.release(busy)
+        assert receiver.history() == []  # still held back: the cap is full
+        assert store.return_permit(busy)
         drive_retries(retry, lambda: receiver.successes()[delivery_id] == 1)
     row = deliveries(webhook_db, [delivery_id])[delivery_id]
     assert (row["status"], row["attempts"]) == ("succeeded", 1)

@@ -110,6 +110,18 @@ def test_cancel(store: onceonly.Store, unique: str) -> None:
     assert q.depth().total == 0
 
 
+def test_cancel_many_removes_each_item_whatever_its_state(store: onceonly.Store, unique: str) -> None:
+    q = store.queue(unique)
+    q.put_many([("waiting", time.time() + 60, None), ("due", None, None), ("claimed", None, None)])
+    claims = {c.item_id: c for c in q.claim(limit=3, lease=30)}
+    assert set(claims) == {"due", "claimed"}
+    q.put("due", payload=1)  # due again, no longer claimed
+    assert q.cancel_many(["waiting", "absent", "due", "claimed", "due"]) == [True, False, True, True, False]
+    assert q.depth().total == 0
+    assert q.ack(claims["claimed"]) is False  # its holder's ack is refused: the item is gone
+    assert q.cancel_many([]) == []
+
+
 def test_put_reschedules_existing_item_and_fences_holder(store: onceonly.Store, unique: str) -> None:
     q = store.queue(unique)
     q.put("x", payload=1)

@@ -65,3 +65,28 @@ def test_tick_guard_calls(client: Any, ddb_store: DynamoDBStore, unique: str) ->
     with calls:
         assert handler({**event, "id": "e2"}, None)["status"] == "skipped"
     assert calls.counts == Counter({"UpdateItem": 1, "GetItem": 1})  # refused acquire, inspect for the reason
+
+
+def test_permit_calls(client: Any, ddb_store: DynamoDBStore, unique: str) -> None:
+    """On dynalite, which returns no item with a failed condition: take_permit
+    with room, one conditional write; full, that write and a consistent read
+    (looking for ended holders); full of ended holders, a third request, the
+    eviction write. return_permit: one write."""
+    with ApiCalls(client) as calls:
+        held = ddb_store.take_permit(unique, 1, ttl=0.3)
+        assert held is not None
+    assert calls.counts == Counter({"UpdateItem": 1})
+    calls.reset()
+    with calls:
+        assert ddb_store.take_permit(unique, 1, ttl=30) is None
+    assert calls.counts == Counter({"UpdateItem": 1, "GetItem": 1})
+    time.sleep(0.5)
+    calls.reset()
+    with calls:
+        evicting = ddb_store.take_permit(unique, 1, ttl=30)
+        assert evicting is not None
+    assert calls.counts == Counter({"UpdateItem": 2, "GetItem": 1})
+    calls.reset()
+    with calls:
+        assert ddb_store.return_permit(evicting) is True
+    assert calls.counts == Counter({"UpdateItem": 1})

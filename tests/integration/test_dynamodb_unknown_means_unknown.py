@@ -7,6 +7,7 @@ requests with DynamoDB's own errors."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,3 +79,19 @@ def test_a_duplicate_tick_delivery_that_is_throttled_is_skipped(
     again = onceonly.scheduled(proxied, job=unique, ttl=30)(body)({**event, "id": "b"}, None)
     assert again["status"] == "skipped" and ran == [1]
     assert answers.refused == ["UpdateItem"]
+
+
+def test_a_permit_whose_reply_was_lost_is_unknown_and_frees_its_place_when_its_ttl_ends(
+        stores: tuple[onceonly.Store, onceonly.Store], answers: DynamoDBAnswers, unique: str) -> None:
+    """The add was applied, its reply lost, and botocore sent it again: the
+    holder must not be counted twice (n would never come back down)."""
+    direct, proxied = stores
+    answers.apply_then_fail_next("UpdateItem")
+    with pytest.raises(onceonly.StoreUnavailableError, match="earlier attempt may have been applied"):
+        proxied.take_permit(unique, 2, ttl=0.5)
+    assert answers.forwarded.count("UpdateItem") == 2  # applied, then sent again
+    assert direct.take_permit(unique, 2, ttl=30) is not None  # the unanswered one holds the other place
+    assert direct.take_permit(unique, 2, ttl=30) is None
+    time.sleep(0.7)
+    assert direct.take_permit(unique, 2, ttl=30) is not None  # its ttl ended: its place, and only it, is free
+    assert direct.take_permit(unique, 2, ttl=30) is None

@@ -4,9 +4,11 @@ paused periods skipped, cost by what is due, and bounded fenced batches."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
@@ -269,3 +271,28 @@ def test_a_free_plans_invoice_is_settled_when_generated(
         (email,) = data.rows(conn, "SELECT body_text FROM notifications WHERE tenant_id = %s", tenant)
     assert invoice == {"status": "paid", "settled": True}
     assert email["body_text"].endswith("for 0.00 USD (period starting 2026-11-01) is settled: nothing is due.")
+
+
+def test_a_run_waits_for_a_schedule_an_earlier_ticks_run_holds_and_bills_its_own_day(
+        pool: ConnectionPool, pg_store: onceonly.Store, jobs_db: str, unique: str) -> None:
+    """Two ticks' runs at once (yesterday's, retried late, beside today's): the
+    earlier one holds the schedule while it generates up to its own day. Today's
+    run must not leave today's period to tomorrow's tick (a day late): it waits
+    for the holder to commit, then generates it."""
+    tenant = f"tenant-{unique}"
+    with data.connect(jobs_db) as conn:
+        schedule = data.add_schedule(conn, tenant, cadence="daily", anchor=date(2026, 11, 28))
+    yesterday = {"as_of": "2026-11-28T00:30:00Z", "tenant": tenant, "schedules": 10, "max_periods": 31}
+    with psycopg.connect(jobs_db) as holder:  # yesterday's run, inside its batch's transaction
+        assert len(holder.execute(recurring.SQL["generate_batch"], yesterday).fetchall()) == 1
+        today: dict[str, Any] = {}
+        run = threading.Thread(target=lambda: today.update(run_tick(
+            pg_store, unique, "2026-11-29T00:30:00Z", lambda t: recurring.run(pool, t, tenant=tenant))))
+        run.start()
+        run.join(timeout=1.5)
+        assert run.is_alive(), f"today's run ended while the schedule was held: {today}"
+        holder.commit()
+    run.join(timeout=30)
+    assert not run.is_alive()
+    assert today["result"].generated == 1
+    assert periods(jobs_db, schedule) == ["2026-11-28", "2026-11-29"]

@@ -18,6 +18,7 @@ import pytest
 
 import onceonly
 from onceonly.stores.postgres import SQL
+from tests.support.scratch import scratch_database
 
 BACKLOG = 5_000
 LIMIT = 25
@@ -31,6 +32,30 @@ def stale_stats(postgres_url: str, store: onceonly.Store) -> None:
     """Statistics taken before the test's queue exists."""
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("ANALYZE onceonly_queue")
+
+
+@pytest.fixture
+def bloated_database(store_url: str, postgres_server_url: str) -> Iterator[tuple[str, onceonly.Store]]:
+    """A database of its own whose claim index is many times the primary key's
+    size, as a queue's churn leaves it (each claim adds an entry for the new
+    claimable_at; the primary key's entries for one id are cleaned up in
+    place), with statistics taken before the test's queue exists."""
+    with scratch_database(postgres_server_url, "onceonly_bloated") as url:
+        store = onceonly.connect(url)
+        store.setup()
+        store.queue("churn").put_many((f"c-{i}", 0.0, None) for i in range(2_000))
+        with psycopg.connect(url, autocommit=True) as conn:
+            for _ in range(150):
+                conn.execute("UPDATE onceonly_queue SET claimable_at = claimable_at + interval '1 ms'")
+            conn.execute("DELETE FROM onceonly_queue")
+            conn.execute("ANALYZE onceonly_queue")
+            pages: dict[str, int] = dict(conn.execute(
+                "SELECT relname, relpages FROM pg_class WHERE relname LIKE 'onceonly_queue_%'"))
+        assert pages["onceonly_queue_ready"] > 6 * pages["onceonly_queue_pkey"], pages
+        try:
+            yield url, store
+        finally:
+            store.close()
 
 
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -92,6 +117,20 @@ def test_claim_reads_no_scheduled_or_in_flight_item(postgres_url: str, store: on
     # The 3 due items, found once to lock them and once to update them.
     assert rows_read(nodes) == 2 * 3, nodes
     assert q.depth() == onceonly.QueueDepth(due=3, scheduled=BACKLOG, in_flight=LIMIT)
+
+
+@plans
+def test_claim_reads_no_other_item_when_the_claim_index_is_bloated(
+        bloated_database: tuple[str, onceonly.Store], unique: str, generic: bool) -> None:
+    """With the queue's name in the primary key's collation, a planner that
+    rates both indexes at one row takes the smaller one, the primary key, and
+    filters the whole queue by due time; in the "C" collation only the claim
+    index can serve the claim."""
+    url, store = bloated_database
+    q = store.queue(unique)
+    put_backlog(q, "future", time.time() + 3600)
+    put_backlog(q, "due", time.time() - 60, 3)
+    assert rows_read(explain_claim(url, unique, generic=generic)) == 2 * 3
 
 
 @plans

@@ -1,6 +1,7 @@
 """PostgreSQL setup() tunes the queue table for churn, and upgrades a table of
-the previous version: the claim index becomes partial, storage options are set
-once and the user's own are kept."""
+an earlier version: the claim index becomes partial and keyed by the queue
+name in the "C" collation, storage options are set once and the user's own
+are kept."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ CREATE TABLE onceonly_queue (
     PRIMARY KEY (queue, item_id));
 CREATE INDEX onceonly_queue_claimable ON onceonly_queue (queue, claimable_at);
 """
+# The claim index of the versions since, before it took the "C" collation.
+PREVIOUS_CLAIM_INDEX = ("CREATE INDEX onceonly_queue_due ON onceonly_queue (queue, claimable_at)"
+                        " WHERE claimable_at IS NOT NULL")
 
 
 @pytest.fixture
@@ -45,16 +49,27 @@ def _setup(url: str) -> None:
         store.close()
 
 
-def test_setup_upgrades_the_old_table_and_tunes_it_once(empty_database: str) -> None:
+def _assert_claim_index_only(indexes: dict[str, str]) -> None:
+    assert set(indexes) == {"onceonly_queue_pkey", "onceonly_queue_ready"}
+    assert 'queue COLLATE "C", claimable_at' in indexes["onceonly_queue_ready"]
+    assert indexes["onceonly_queue_ready"].endswith("WHERE (claimable_at IS NOT NULL)")
+
+
+@pytest.mark.parametrize("previous", ["0.1", "plain-collation"])
+def test_setup_upgrades_the_old_table_and_tunes_it_once(empty_database: str, previous: str) -> None:
     with psycopg.connect(empty_database, autocommit=True) as conn:
         conn.execute(OLD_QUEUE_TABLE)
+        if previous == "plain-collation":
+            conn.execute("DROP INDEX onceonly_queue_claimable")
+            conn.execute(PREVIOUS_CLAIM_INDEX)
         conn.execute("INSERT INTO onceonly_queue (queue, item_id, claimable_at) VALUES ('q', 'kept', now())")
     _setup(empty_database)
     options, indexes = _table(empty_database)
     assert sorted(options or []) == ["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=1000",
                                      "fillfactor=80"]
-    assert set(indexes) == {"onceonly_queue_pkey", "onceonly_queue_due"}
-    assert indexes["onceonly_queue_due"].endswith("WHERE (claimable_at IS NOT NULL)")
+    _assert_claim_index_only(indexes)
+    _setup(empty_database)  # a second setup() finds the index and builds nothing
+    assert _table(empty_database)[1] == indexes
 
     store = onceonly.connect(empty_database)
     try:

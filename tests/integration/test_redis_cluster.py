@@ -5,7 +5,11 @@ clear ConfigError that writes nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+import socket
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +158,39 @@ def test_the_eviction_check_reads_every_primary() -> None:
         opted_out.close()
     finally:
         servers.stop()
+
+
+def test_a_node_whose_port_was_taken_before_it_bound_starts_again_on_new_ports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process (a test worker starting its own servers) takes the port
+    free_port picked for a node before the node binds it: the node exits, and
+    the cluster starts it again on new ports instead of failing."""
+    from onceonly_cli import redis_cluster as module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    real_free_port = module.free_port
+    monkeypatch.setattr(module, "free_port", lambda: next(ports, None) or real_free_port())
+    processes: list[subprocess.Popen[bytes]] = []
+    cluster = module.LocalCluster(tmp_path, processes.append)
+    try:
+        url = cluster.start()
+        assert taken.getsockname()[1] not in {node.port for node in cluster.nodes}
+        assert len(processes) == 2 * module.PRIMARIES + 1  # the node that exited, and its second start
+        # An open port is not enough: what answers there must be the node's own process
+        # (the node may not have exited yet when its port is first checked).
+        first = cluster.nodes[0]
+        assert cluster._serves(first)
+        assert not cluster._serves(dataclasses.replace(first, port=taken.getsockname()[1]))
+        assert not cluster._serves(dataclasses.replace(first, port=cluster.nodes[1].port))
+        store = onceonly.connect(url)
+        assert store.acquire("port-taken", ttl=5) is not None
+        store.close()
+    finally:
+        taken.close()
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()

@@ -89,6 +89,23 @@ def test_black_holed_store_fails_each_operation_fast_and_recovers(
     assert other is not None  # the black-holed acquire granted nothing (it would hold the name 60 s)
 
 
+def test_black_holed_store_fails_permits_fast_and_took_nothing(
+    proxied_store: onceonly.Store, proxy: FaultProxy, unique: str
+) -> None:
+    held = proxied_store.take_permit(unique, 2, ttl=60)
+    assert held is not None
+
+    proxy.blackhole()
+    fails_fast(lambda: proxied_store.take_permit(unique, 2, ttl=60))
+    fails_fast(lambda: proxied_store.return_permit(held))
+
+    proxy.passthrough()
+    # the black-holed take took nothing (it would hold a place for 60 s): one place is left
+    assert recovers(lambda: proxied_store.take_permit(unique, 2, ttl=60)) is not None
+    assert proxied_store.take_permit(unique, 2, ttl=60) is None
+    assert proxied_store.return_permit(held) is True
+
+
 @pytest.mark.parametrize("fault", ["drop", "lose_replies"])
 def test_dropped_or_unanswered_link_fails_fast_and_recovers(
     proxied_store: onceonly.Store, proxy: FaultProxy, unique: str, fault: str

@@ -264,5 +264,5 @@ def test_an_unreachable_domain_database_is_a_store_outage_not_a_driver_error() -
     url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nowhere"
     with ConnectionPool(url, min_size=0, max_size=1, timeout=0.5, open=True) as pool, \
             pytest.raises(StoreUnavailableError, match="domain database unavailable") as info:
-        DeliveryRepository(pool).subscription("wh-any")
+        DeliveryRepository(pool).state("msg_any")
     assert isinstance(info.value.__cause__, psycopg.OperationalError)

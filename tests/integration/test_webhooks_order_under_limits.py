@@ -16,7 +16,7 @@ import pytest
 import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
-from onceonly_app.webhooks.endpoint_limits import slot_name
+from onceonly_app.webhooks.endpoint_limits import semaphore_name
 from onceonly_cli.receiver import WebhookReceiver
 from tests.support.held_deliveries import LOCAL, held_subscription, new_tenant
 from tests.support.webhooks import context, deliveries, drive_retries, lambda_env, new_id, sqs_event, webhook_env
@@ -75,7 +75,7 @@ def test_a_lane_held_back_by_the_in_flight_cap_keeps_its_order(
     bodies = [json.dumps({"webhook_id": added.id, "tenant_id": tenant, "event_id": e, "event_type": "invoice.paid",
                           "payload": {"n": n}, "sequence": n}) for n, e in enumerate(events, start=1)]
     expected = [delivery_id_for(added.id, e) for e in events]
-    busy = store.acquire(slot_name(added.id, 0), ttl=30)  # another replica's request to it is in flight
+    busy = store.take_permit(semaphore_name(added.id), 1, ttl=30)  # another replica's request to it is in flight
     assert busy is not None
     with lambda_env(env) as (dispatch, retry):
         assert dispatch(sqs_event(bodies), context("dispatch")) == {"batchItemFailures": []}
@@ -83,7 +83,7 @@ def test_a_lane_held_back_by_the_in_flight_cap_keeps_its_order(
         assert all(rows[d]["status"] == "retrying" for d in expected)  # the first held back, the rest behind it
         due = [rows[d]["next_attempt_at"] for d in expected]
         assert due == sorted(due) and len(set(due)) == len(due), due
-        assert store.release(busy)
+        assert store.return_permit(busy)
         drive_retries(retry, lambda: len(receiver.successes()) == EVENTS, timeout=30)
     arrived = [r.webhook_id for r in receiver.history() if r.accepted]
     assert arrived == expected  # in event order, none overtaken

@@ -110,3 +110,33 @@ def test_bad_windows_and_unknown_subscriptions_are_clear_errors(
     done = run_cli("subscriptions", "replay", webhook_id, "--since", "2026-01-01T00:00:00Z", "--json", *base)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["requeued"] == 0
+
+
+def test_a_recover_between_the_dispatchers_outcome_and_its_queue_cleanup_is_not_stranded(
+        pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
+        receiver: WebhookReceiver, pg_store: onceonly.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dispatcher records an abort, then removes the delivery's queue item.
+    A recover that commits in between has re-queued the delivery under a new
+    generation: the removal must not leave it retrying with no queue item,
+    never to be sent."""
+    queue = pg_store.queue(pg_env["WEBHOOK_QUEUE"])
+    webhook_id, _ = add_subscription(conn, tenant, receiver)
+    event = new_id("evt")
+    delivery = delivery_id_for(webhook_id, event)
+    receiver.script(delivery, [Reply(400, headers=ABORT)])
+    since = datetime.now(tz=UTC) - timedelta(hours=1)
+    real_cancel_many = type(queue).cancel_many
+    recovered: list[str] = []
+
+    def cancel_many_after_a_recover(self: onceonly.Queue, item_ids: list[str]) -> int:
+        recovered.extend(recovery.recover(conn, queue, webhook_id, since).delivery_ids)  # the operator, right then
+        return real_cancel_many(self, item_ids)
+
+    monkeypatch.setattr(type(queue), "cancel_many", cancel_many_after_a_recover)
+    with lambda_env(pg_env) as (dispatch, retry):
+        dispatch(sqs_event([message(webhook_id, event, tenant_id=tenant)]), context("dispatch"))
+        monkeypatch.undo()
+        assert recovered == [delivery]
+        drive_retries(retry, lambda: receiver.successes()[delivery] == 1)
+    assert _statuses(webhook_db, [delivery]) == ["succeeded"]
+    assert receiver.counts()[delivery] == 2  # the abort, then the recovered delivery once

@@ -43,6 +43,7 @@ class DynamoDBAnswers:
         self._target_port = target.port
         self._lock = threading.Lock()
         self._pending: dict[str, list[Refusal]] = {}
+        self._applied_then_failed: dict[str, int] = {}  # operation -> requests to forward, then answer a 500
         self.refused: list[str] = []  # operations answered here, in order
         self.forwarded: list[str] = []  # operations sent on to dynalite, in order
         self._server = ThreadingHTTPServer((HOST, 0), self._handler_class())
@@ -57,6 +58,19 @@ class DynamoDBAnswers:
         """Answer the next request of ``operation`` (e.g. "UpdateItem") with ``refusal``."""
         with self._lock:
             self._pending.setdefault(operation, []).append(refusal)
+
+    def apply_then_fail_next(self, operation: str) -> None:
+        """Forward the next request of ``operation`` to dynalite (it is applied)
+        and answer it with SERVER_ERROR: a reply lost after the write."""
+        with self._lock:
+            self._applied_then_failed[operation] = self._applied_then_failed.get(operation, 0) + 1
+
+    def _lose_reply(self, operation: str) -> bool:
+        with self._lock:
+            if self._applied_then_failed.get(operation, 0) > 0:
+                self._applied_then_failed[operation] -= 1
+                return True
+            return False
 
     def _take(self, operation: str) -> Refusal | None:
         with self._lock:
@@ -89,6 +103,10 @@ class DynamoDBAnswers:
                     upstream.request("POST", self.path, body=body, headers=dict(self.headers.items()))
                     response = upstream.getresponse()
                     data = response.read()
+                    if proxy._lose_reply(operation):
+                        self._answer(SERVER_ERROR.status, json.dumps({"__type": SERVER_ERROR.code,
+                                                                      "message": SERVER_ERROR.message}).encode(), {})
+                        return
                     headers = {k: v for k, v in response.getheaders()
                                if k.lower() in ("x-amz-crc32", "x-amzn-requestid", "content-type")}
                     self._answer(response.status, data, headers)

@@ -29,7 +29,7 @@ def _handler(function: str, env: dict[str, str]) -> Any:
 
 
 def _record_kinds() -> list[str]:
-    """Wrap ``DispatchBatch.handle`` (the dispatcher's per-record step) so that
+    """Wrap ``DispatchBatch.outcome`` (what the dispatcher made of a record) so that
     this worker learns what each of its records came to: ``attempted`` when its
     INSERT created the delivery, else ``duplicate``; ``raised <error>: <why>``
     when it failed (so that a test's verdict names the cause; ``unavailable``
@@ -38,7 +38,7 @@ def _record_kinds() -> list[str]:
     from onceonly_app.webhooks.dispatch_batch import DispatchBatch
 
     kinds: list[str] = []
-    real = DispatchBatch.handle
+    real = DispatchBatch.outcome
 
     def recording(self: DispatchBatch, record: Any) -> Any:
         try:
@@ -50,7 +50,7 @@ def _record_kinds() -> list[str]:
         kinds.append(result.kind)
         return result
 
-    DispatchBatch.handle = recording  # type: ignore[method-assign]
+    DispatchBatch.outcome = recording  # type: ignore[method-assign]
     return kinds
 
 

@@ -365,3 +365,30 @@ def test_every_operation_is_accepted_by_moto(store: DynamoDBStore) -> None:
     assert q.ack_many([again, claim]) == [True, False]
     assert q.cancel("y") is True and q.depth().total == 0
     store.close()
+
+
+# -- a full semaphore seen in the failed write (DynamoDB's ALL_OLD on a failed condition) --
+def _full_semaphore(expires_at: float) -> dict[str, Any]:
+    return {"pk": {"S": "sem#endpoint"}, "n": {"N": "1"}, "h_0123456789abcdef": {"N": f"{expires_at:.3f}"}}
+
+
+def test_a_refused_take_reads_nothing_when_the_failed_write_returns_the_item() -> None:
+    """Where the server returns the item with a failed condition (DynamoDB does,
+    dynalite does not), a refused take is one request: no GetItem (the stubber
+    has none queued, so one would fail the call)."""
+    store, stubber = _stubbed_store()
+    stubber.add_client_error("update_item", service_error_code="ConditionalCheckFailedException",
+                             modeled_fields={"Item": _full_semaphore(time.time() + 60)})
+    with stubber:
+        assert store.take_permit("endpoint", 1, ttl=30) is None
+        stubber.assert_no_pending_responses()
+
+
+def test_an_evicting_take_uses_the_item_the_failed_write_returned() -> None:
+    store, stubber = _stubbed_store()
+    stubber.add_client_error("update_item", service_error_code="ConditionalCheckFailedException",
+                             modeled_fields={"Item": _full_semaphore(time.time() - 1)})
+    stubber.add_response("update_item", {})  # the eviction write
+    with stubber:
+        assert store.take_permit("endpoint", 1, ttl=30) is not None
+        stubber.assert_no_pending_responses()

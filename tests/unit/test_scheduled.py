@@ -294,6 +294,45 @@ def test_store_factory_is_called_lazily(store: onceonly.Store, unique: str) -> N
     assert calls == [1]
 
 
+class LeasesOnly:
+    """A user's own wrapper, written before stores had semaphores: it forwards
+    the leases alone, which is all the guard uses."""
+
+    def __init__(self, store: onceonly.Store) -> None:
+        self._store = store
+
+    def acquire(self, name: str, ttl: float = 30.0) -> onceonly.Lease | None:
+        return self._store.acquire(name, ttl)
+
+    def renew(self, lease: onceonly.Lease, ttl: float = 30.0) -> onceonly.Lease:
+        return self._store.renew(lease, ttl)
+
+    def release(self, lease: onceonly.Lease) -> bool:
+        return self._store.release(lease)
+
+    def complete(self, lease: onceonly.Lease, keep: float = 86400.0, *, expire: bool = False) -> bool:
+        return self._store.complete(lease, keep, expire=expire)
+
+    def inspect(self, name: str) -> onceonly.LeaseState | None:
+        return self._store.inspect(name)
+
+
+@pytest.mark.parametrize("as_factory", [False, True], ids=["store", "factory"])
+def test_a_wrapper_forwarding_only_the_leases_still_guards_ticks(store: onceonly.Store, unique: str,
+                                                                  as_factory: bool) -> None:
+    wrapper = LeasesOnly(store)
+    assert not isinstance(wrapper, onceonly.Store)  # the store grew since: the guard must not ask for more
+    handler = onceonly.scheduled((lambda: wrapper) if as_factory else wrapper, job=unique)(Recorder())
+    assert handler(event_at("2026-11-29T02:00:00Z", "a"), None)["status"] == "ran"
+    assert handler(event_at("2026-11-29T02:00:00Z", "b"), None)["status"] == "skipped"
+
+
+def test_a_factory_returning_no_store_is_a_clear_error() -> None:
+    handler = onceonly.scheduled(lambda: object(), job="j")(Recorder())  # type: ignore[arg-type, return-value]
+    with pytest.raises(onceonly.ConfigError, match="not a onceonly Store .it needs acquire, renew"):
+        handler(event_at("2026-11-29T02:00:00Z"), None)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

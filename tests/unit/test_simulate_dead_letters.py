@@ -106,3 +106,18 @@ def test_a_parked_invoice_paid_delivery_is_not_missing() -> None:
                               kills=0, restarts=0, drained=True, drain_detail="", payments=payments, paid_ids={"b"})
         (paid,) = [i for i in report["invariants"] if i["name"] == "invoice.paid: one delivery per subscription"]
         assert paid["ok"] is ok, paid
+
+
+def test_an_invoice_paid_delivery_received_and_then_dead_is_counted_once() -> None:
+    """Its last attempt's sender was killed after the receiver's 2xx: dead, yet
+    received. The summary's received and dead-lettered parts still add up."""
+    now = time.time()
+    payments = [EffectCheck("payment-watcher", "payments", 1, 1)]
+    facts = _facts({"a": "dead", "b": "dead"}, set())
+    facts.accepted = Counter({"a": 1})
+    report = build_report(config={}, started=now - 1, finished=now, replicas=1, deliveries=facts, ticks=[],
+                          effects=[], invocations=[], kills=1, restarts=1, drained=True, drain_detail="",
+                          payments=payments, paid_ids={"a", "b"})
+    paid = report["payments"]
+    assert (paid["invoice_paid_received"], paid["invoice_paid_dead"], paid["invoice_paid_deliveries"]) == (1, 1, 2)
+    assert paid["invoice_paid_ok"] is True

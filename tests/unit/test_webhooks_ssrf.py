@@ -299,6 +299,21 @@ def test_a_hanging_dns_lookup_ends_at_the_deadline(monkeypatch: pytest.MonkeyPat
     released.set()
 
 
+@pytest.mark.parametrize(("url", "threaded"), [("https://hooks.example.com/", True), ("https://8.8.8.8/", False),
+                                               ("https://[2001:4860:4860::8888]:8443/", False)])
+def test_only_a_host_name_is_looked_up_in_a_thread_of_its_own(url: str, threaded: bool) -> None:
+    """An address literal needs no lookup: it is resolved in the caller's thread
+    (getaddrinfo parses it at once); a name in a thread the deadline can abandon."""
+    lookups: list[bool] = []
+
+    def resolver(host: str, port: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        lookups.append(threading.current_thread() is not threading.main_thread())
+        return socket.getaddrinfo("8.8.8.8" if threaded else host, port, type=socket.SOCK_STREAM)
+
+    check_target(url, resolver=resolver, deadline=Budget.after(5))
+    assert lookups == [threaded]
+
+
 def test_a_dns_failure_within_the_deadline_is_reported_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     dns = _dns(monkeypatch, {})
     with pytest.raises(UnresolvableHostError, match="Name or service not known"):

@@ -285,7 +285,9 @@ def _dead_letter_queue(d: DeliveryFacts, parked: list[str]) -> str:
 
 def _payment_summary(payments: list[EffectCheck], paid_ids: set[str], d: DeliveryFacts) -> dict[str, Any]:
     received = sum(1 for i in paid_ids if d.accepted.get(i, 0) > 0)
-    dead = sum(1 for i in paid_ids if d.statuses.get(i) == "dead")
+    # Dead and never received. One the receiver accepted can end dead too: its
+    # last attempt's sender was killed after the answer, before recording it.
+    dead = sum(1 for i in paid_ids if d.statuses.get(i) == "dead" and d.accepted.get(i, 0) == 0)
     return {
         "effects": [{**asdict(e), "ok": e.ok} for e in payments],
         "invoice_paid_deliveries": len(paid_ids),

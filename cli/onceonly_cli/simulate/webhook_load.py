@@ -18,7 +18,7 @@ Every subscription is created through the API (onceonly_app.webhooks.subscriptio
 what `onceonly subscriptions add` runs), filtered to invoice.paid: the overdue job's
 invoice.overdue events are fanned out to none of them (subscription_checks.py judges
 it). Each tenant's first ordinary subscription is capped at LOW_CAP requests in
-flight, so the replicas' attempts contend for its slots; the others keep the
+flight, so the replicas' attempts contend for its permits; the others keep the
 default limits, so the run still measures delivery, not one endpoint's cap."""
 
 from __future__ import annotations

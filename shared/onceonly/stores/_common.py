@@ -9,11 +9,11 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import Claim, Lease
+from ..api import Claim, Lease, Permit
 from ..errors import ConfigError
 
 # Bytes of UTF-8 in a lease name, queue name or item id. Sized for the tightest
@@ -25,6 +25,10 @@ MAX_NAME_BYTES = 500
 # DynamoDB's 400 KB item (which also holds the keys and bookkeeping attributes).
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_CLAIM_LIMIT = 1000
+# Places of one counting semaphore. Its holders live in one record (a Redis
+# sorted set, a PostgreSQL row, a DynamoDB item): 10,000 holders of about 30
+# bytes each stay well inside DynamoDB's 400 KB item.
+MAX_PERMIT_LIMIT = 10_000
 # Ten years: past this a ttl is a bug, and some stores would overflow their
 # integer milliseconds instead of failing.
 MAX_SECONDS = 10 * 365 * 86400
@@ -81,6 +85,54 @@ def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_LIMIT:
         raise ConfigError(f"limit must be an integer from 1 to {MAX_CLAIM_LIMIT}, got {_short(limit)}")
     return limit
+
+
+def check_permit_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PERMIT_LIMIT:
+        raise ConfigError(f"limit must be an integer from 1 to {MAX_PERMIT_LIMIT}, got {_short(limit)}")
+    return limit
+
+
+def check_wants(wants: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """take_permits' (name, limit) pairs, each checked."""
+    if isinstance(wants, (str, bytes)) or not isinstance(wants, Sequence):
+        raise ConfigError(f"wants must be a sequence of (name, limit) pairs, got {type(wants).__name__}")
+    checked = []
+    for want in wants:
+        if not isinstance(want, tuple) or len(want) != 2:
+            raise ConfigError(f"each want must be a (name, limit) pair, got {_short(want)}")
+        checked.append((check_name(want[0]), check_permit_limit(want[1])))
+    return checked
+
+
+def distinct_rounds(keys: Sequence[Hashable]) -> list[list[int]]:
+    """The indexes of ``keys`` in rounds whose keys are distinct, each round in
+    order: a key's first occurrence in the first round, its second in the
+    second, and so on (one statement cannot change one row twice)."""
+    rounds: list[list[int]] = []
+    seen: dict[Hashable, int] = {}
+    for i, key in enumerate(keys):
+        n = seen[key] = seen.get(key, -1) + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(i)
+    return rounds
+
+
+def check_permit(permit: Permit) -> Permit:
+    """A Permit as take_permit returned it."""
+    if not isinstance(permit, Permit):
+        raise ConfigError(f"permit must be a onceonly.Permit (from take_permit), got {type(permit).__name__}")
+    check_name(permit.name, "permit.name")
+    check_name(permit.holder, "permit.holder")
+    return permit
+
+
+def check_permits(permits: Sequence[Permit]) -> list[Permit]:
+    """return_permits' permits, each checked."""
+    if isinstance(permits, (str, bytes, Permit)) or not isinstance(permits, Sequence):
+        raise ConfigError(f"permits must be a sequence of onceonly.Permit, got {type(permits).__name__}")
+    return [check_permit(permit) for permit in permits]
 
 
 def check_due_at(due_at: float | None) -> float | None:
@@ -153,6 +205,17 @@ def absent_results(count: int, puts: Sequence[CheckedPut], kept: Sequence[int], 
     for put, index in zip(puts, kept, strict=True):
         results[index] = put.item_id in done
     return results
+
+
+def first_listed(ids: Sequence[str], removed: set[str]) -> list[bool]:
+    """Per id, in order: whether it is in ``removed``; an id listed again is
+    False after its first entry (it was removed once)."""
+    seen: set[str] = set()
+    out = []
+    for item_id in ids:
+        out.append(item_id in removed and item_id not in seen)
+        seen.add(item_id)
+    return out
 
 
 def batches(sizes: Sequence[int], max_items: int, max_bytes: int) -> list[range]:

@@ -1,5 +1,6 @@
-"""PostgreSQL store: leases and due queues on two tables, every grant one
-statement (see postgres.sql). Times are the server's clock."""
+"""PostgreSQL store: leases, due queues and counting semaphores on three
+tables, every grant one statement (see postgres.sql). Times are the server's
+clock."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
-from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
+from ..api import Claim, ClaimBatch, Lease, LeaseState, Permit, QueueDepth
 from ..errors import LeaseLostError, StoreNotReadyError, StoreRefusedError, StoreUnavailableError
 from . import _common as common
 from .pg_connection import ConnectionRefusedByServer, bound_this_transaction
@@ -143,6 +144,41 @@ class PostgresStore:
         rows = self._run("inspect", {"name": common.check_name(name)})
         return LeaseState(**rows[0]) if rows else None
 
+    # -- counting semaphores -------------------------------------------------
+    def take_permit(self, name: str, limit: int, ttl: float = 30.0) -> Permit | None:
+        (permit,) = self.take_permits([(name, limit)], ttl)
+        return permit
+
+    def take_permits(self, wants: Sequence[tuple[str, int]], ttl: float = 30.0) -> list[Permit | None]:
+        """One statement for any number of semaphores (one more per repeat of a name)."""
+        wants, ttl = common.check_wants(wants), common.check_seconds(ttl, "ttl")
+        holders = [common.new_owner() for _ in wants]
+        permits: list[Permit | None] = [None] * len(wants)
+        for round_ in common.distinct_rounds([name for name, _ in wants]):
+            rows = self._run("take_permits", {"names": [wants[i][0] for i in round_], "ttl": ttl,
+                                              "holders": [holders[i] for i in round_],
+                                              "limits": [wants[i][1] for i in round_]})
+            taken = {row["name"]: row["expires_at"] for row in rows}
+            for i in round_:
+                name = wants[i][0]
+                if name in taken:
+                    permits[i] = Permit(name=name, holder=holders[i], expires_at=taken[name])
+        return permits
+
+    def return_permit(self, permit: Permit) -> bool:
+        (held,) = self.return_permits([permit])
+        return held
+
+    def return_permits(self, permits: Sequence[Permit]) -> list[bool]:
+        """One statement for any number of permits."""
+        permits = common.check_permits(permits)
+        if not permits:
+            return []
+        rows = self._run("return_permits", {"names": [p.name for p in permits], "holders": [p.holder for p in permits]})
+        held = {(row["name"], row["holder"]): bool(row["held"]) for row in rows}
+        # A permit listed twice is returned once: the repeat finds it gone.
+        return [held.pop((p.name, p.holder), False) for p in permits]
+
     def queue(self, name: str) -> PostgresQueue:
         return PostgresQueue(self, common.check_name(name, "queue name"))
 
@@ -182,8 +218,16 @@ class PostgresQueue:
         return common.absent_results(len(checked), puts, kept, done)
 
     def cancel(self, item_id: str) -> bool:
-        item_id = common.check_name(item_id, "item_id")
-        return bool(self._store._run("cancel", {"queue": self.name, "item_id": item_id}))
+        params = {"queue": self.name, "item_id": common.check_name(item_id, "item_id")}
+        return bool(self._store._run("cancel", params))
+
+    def cancel_many(self, item_ids: Sequence[str]) -> list[bool]:
+        """One statement for the whole batch."""
+        ids = [common.check_name(item_id, "item_id") for item_id in item_ids]
+        if not ids:
+            return []
+        removed = {row["item_id"] for row in self._store._run("cancel_many", {"queue": self.name, "item_ids": ids})}
+        return common.first_listed(ids, removed)
 
     def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
         """The acks and the claim in one statement (postgres.sql): one round trip,

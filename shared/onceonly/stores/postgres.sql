@@ -47,15 +47,22 @@ BEGIN
         ALTER TABLE onceonly_queue ALTER COLUMN payload TYPE json USING payload::json;
     END IF;
 END $$;
--- The claim's index. Partial, with a predicate that claim's "claimable_at <=
--- now" implies and a lookup by id does not: otherwise, when the statistics do
--- not know a queue yet (it grew since the last ANALYZE), the planner rates
--- both indexes at one row and may look an item up in this one, walking the
--- whole queue instead of one primary-key probe. It replaces the plain index of
--- 0.1 (dropped when present; DROP INDEX locks the table for a moment, once).
-CREATE INDEX IF NOT EXISTS onceonly_queue_due ON onceonly_queue (queue, claimable_at)
+-- The claim's index. When the statistics do not know a queue yet (it grew
+-- since the last ANALYZE), the planner rates every index on the queue name at
+-- one row and takes the cheapest, walking the whole queue in it:
+-- - partial, with a predicate that claim's "claimable_at <= now" implies and
+--   a lookup by id does not, so a lookup by id cannot pick it;
+-- - keyed by the queue name in the "C" collation, which the claim asks for
+--   and the primary key (the column's own collation) cannot serve: otherwise
+--   a claim index grown by churn (each claim adds an entry for the new
+--   claimable_at) loses to the smaller primary key, and the claim reads the
+--   queue's every item. Equality of text is the same in every deterministic
+--   collation.
+-- It replaces the claim indexes of earlier versions (dropped when present;
+-- the build locks the table against writes for a moment, once).
+CREATE INDEX IF NOT EXISTS onceonly_queue_ready ON onceonly_queue (queue COLLATE "C", claimable_at)
     WHERE claimable_at IS NOT NULL;
-DROP INDEX IF EXISTS onceonly_queue_claimable;
+DROP INDEX IF EXISTS onceonly_queue_claimable, onceonly_queue_due;
 -- A hot queue churns: every claim and ack leaves a dead row version (a claim
 -- moves claimable_at, which is indexed, so it is never a HOT update). Vacuum
 -- it by a fixed number of dead rows instead of 20% of the table, and leave
@@ -69,6 +76,14 @@ BEGIN
                                         autovacuum_vacuum_threshold = 1000);
     END IF;
 END $$;
+-- One row per counting semaphore: its live holders, holder id -> expiry
+-- (epoch seconds, server clock). One row, so its lock serialises the takes of
+-- one semaphore; created here like the rest, so setup() on an install from
+-- before it adds it.
+CREATE TABLE IF NOT EXISTS onceonly_semaphores (
+    name     text PRIMARY KEY,
+    holders  jsonb NOT NULL
+);
 
 -- name: acquire --
 -- In: name, owner, ttl (seconds). Out: the granted row, or no row on contention.
@@ -143,6 +158,58 @@ WITH old AS MATERIALIZED (
 DELETE FROM onceonly_leases l USING old WHERE l.name = old.name
 RETURNING l.name;
 
+-- name: take_permits --
+-- In: names[], holders[] (random ids), limits[] (the names distinct), ttl
+-- (seconds). Out: a row (name, expires_at) per permit taken; none for a
+-- semaphore whose limit live holders hold. Each semaphore is taken as alone:
+-- closes the count-then-add race: the conflict takes the semaphore row's
+-- lock, and the count of live holders (expiry after now) and the add are
+-- checked and written under it, on the row's latest version. Holders whose
+-- ttl ended are dropped in the same write: a crashed holder's place frees
+-- itself. The limit is the caller's on every take, so a lowered one admits
+-- nobody until the live holders fall below it. The rows are locked in name
+-- order, so takers of overlapping sets never wait on each other in a cycle.
+-- "now" is read once (clock CTE).
+WITH clock AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now),
+wanted AS (
+    SELECT * FROM unnest(%(names)s::text[], %(holders)s::text[], %(limits)s::int[]) AS w(name, holder, lim)
+)
+INSERT INTO onceonly_semaphores AS s (name, holders)
+SELECT w.name, jsonb_build_object(w.holder, clock.now + %(ttl)s) FROM wanted w, clock
+ ORDER BY w.name
+ON CONFLICT (name) DO UPDATE
+   SET holders = (SELECT coalesce(jsonb_object_agg(h.key, h.value), '{}'::jsonb)
+                    FROM jsonb_each(s.holders) AS h
+                   WHERE h.value::float8 > (SELECT now FROM clock))
+                 || EXCLUDED.holders
+ WHERE (SELECT count(*) FROM jsonb_each(s.holders) AS h
+         WHERE h.value::float8 > (SELECT now FROM clock)) < (SELECT w.lim FROM wanted w WHERE w.name = s.name)
+RETURNING s.name, (s.holders ->> (SELECT w.holder FROM wanted w WHERE w.name = s.name))::float8 AS expires_at;
+
+-- name: return_permits --
+-- In: names[], holders[] (one permit each). Out: a row (name, holder, held)
+-- per permit that was there: held = true if it was live, false if its ttl
+-- had ended; no row for one that was not there (returned already, or dropped
+-- by a take after it ended). Only the given holders' entries are removed, so
+-- a stale or repeated return frees no other place. The rows are locked
+-- (FOR UPDATE, in name order: two callers never wait on each other in a
+-- cycle), so the entries read are the ones removed.
+WITH given AS (
+    SELECT * FROM unnest(%(names)s::text[], %(holders)s::text[]) AS g(name, holder)
+), held AS MATERIALIZED (
+    SELECT name, holders FROM onceonly_semaphores
+     WHERE name IN (SELECT name FROM given)
+     ORDER BY name
+       FOR UPDATE
+), removed AS (
+    UPDATE onceonly_semaphores s
+       SET holders = s.holders - ARRAY(SELECT g.holder FROM given g WHERE g.name = s.name)
+      FROM held
+     WHERE s.name = held.name
+)
+SELECT g.name, g.holder, (h.holders ->> g.holder)::float8 > extract(epoch FROM clock_timestamp()) AS held
+  FROM given g JOIN held h ON h.name = g.name AND h.holders ? g.holder;
+
 -- name: inspect --
 SELECT name, owner, token, extract(epoch FROM busy_until)::float8 AS busy_until, completed
   FROM onceonly_leases WHERE name = %(name)s;
@@ -170,7 +237,13 @@ ON CONFLICT (queue, item_id) DO NOTHING
 RETURNING item_id;
 
 -- name: cancel --
+-- In: queue, item_id. Out: a row if the item was removed. One primary-key
+-- lookup, whatever the statistics say.
 DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RETURNING item_id;
+
+-- name: cancel_many --
+-- In: queue, item_ids (text[]). Out: a row per item removed.
+DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = ANY (%(item_ids)s::text[]) RETURNING item_id;
 
 -- name: claim --
 -- claim, ack_many and claim(acks=...) in one statement: one round trip per
@@ -201,6 +274,8 @@ DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RET
 --   scheduled and in-flight item, on every claim); a value computed before
 --   the scan is an index condition, and the scan stops at the first item not
 --   yet due;
+-- - the queue name is compared in the "C" collation, which only the claim
+--   index serves (see onceonly_queue_ready above);
 -- - the UPDATE finds the locked rows by their ctid (a TID scan, the only plan
 --   for it), not by a join that the planner may turn into a walk over the
 --   queue when its statistics are stale (a queue that grew since ANALYZE).
@@ -222,7 +297,7 @@ WITH held AS MATERIALIZED (
     RETURNING q.item_id, q.token, q.owner
 ), due AS MATERIALIZED (
     SELECT ctid FROM onceonly_queue
-     WHERE queue = %(queue)s AND claimable_at <= (SELECT clock_timestamp())
+     WHERE queue COLLATE "C" = %(queue)s AND claimable_at <= (SELECT clock_timestamp())
        AND ctid <> ALL (ARRAY(SELECT ctid FROM held))
      ORDER BY claimable_at
      LIMIT %(limit)s

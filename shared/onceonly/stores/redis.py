@@ -8,6 +8,8 @@ Keys (the hash-tagged part keeps every key a script touches in one cluster slot)
 - ``{prefix}:{lease:NAME}``: hash with owner, token, busy_until (ms), completed.
   Kept, so the token strictly increases across grants; only a record completed
   with ``expire=True`` (one cron tick) expires, when its keep ends.
+- ``{prefix}:{sem:NAME}``: sorted set of a counting semaphore's holders,
+  scored by their expiry (ms); it expires with its last holder.
 - ``{prefix}:{q:QUEUE}:sched``: sorted set, one member per item, scored by its
   one "claimable at" time (ms): the due time while waiting, ``HELD`` (2^48 ms,
   past year 9999) + the lease expiry while held. So one set tells waiting from
@@ -52,7 +54,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from ..api import Claim, ClaimBatch, Lease, LeaseState, QueueDepth
+from ..api import Claim, ClaimBatch, Lease, LeaseState, Permit, QueueDepth
 from ..errors import ConfigError, LeaseLostError, StoreUnavailableError
 from . import _common as common
 from .redis_cluster import ClusterNodes
@@ -78,6 +80,7 @@ READ_ONLY_SCRIPTS = frozenset({"inspect", "depth"})
 SCRIPT_NAMES = (
     "acquire", "renew", "release", "complete", "inspect",
     "put", "cancel", "claim", "retry", "depth", "put_if_absent",
+    "take_permit", "return_permit",
 )
 
 
@@ -295,6 +298,9 @@ class RedisStore:
     def _lease_key(self, name: str) -> str:
         return f"{self._prefix}:{{lease:{name}}}"
 
+    def _semaphore_key(self, name: str) -> str:
+        return f"{self._prefix}:{{sem:{name}}}"
+
     # -- setup ------------------------------------------------------------
     def setup(self) -> None:
         """Checks that the server answers and that its maxmemory-policy cannot
@@ -349,6 +355,27 @@ class RedisStore:
         return LeaseState(name=name, owner=_text(owner), token=int(token),
                           busy_until=_seconds(busy_until_ms), completed=bool(completed), grants=int(grants))
 
+    # -- counting semaphores -------------------------------------------------
+    def take_permit(self, name: str, limit: int, ttl: float = 30.0) -> Permit | None:
+        key = self._semaphore_key(common.check_name(name))
+        limit = common.check_permit_limit(limit)
+        ttl_ms = _milliseconds(common.check_seconds(ttl, "ttl"))
+        holder = common.new_owner()
+        expires_ms = self._run("take_permit", [key], [holder, limit, ttl_ms])
+        return None if expires_ms is None else Permit(name=name, holder=holder, expires_at=_seconds(expires_ms))
+
+    def take_permits(self, wants: Sequence[tuple[str, int]], ttl: float = 30.0) -> list[Permit | None]:
+        """One script call per permit: each semaphore may live on another cluster node."""
+        return [self.take_permit(name, limit, ttl) for name, limit in common.check_wants(wants)]
+
+    def return_permits(self, permits: Sequence[Permit]) -> list[bool]:
+        """One script call per permit: each semaphore may live on another cluster node."""
+        return [self.return_permit(permit) for permit in common.check_permits(permits)]
+
+    def return_permit(self, permit: Permit) -> bool:
+        permit = common.check_permit(permit)
+        return bool(self._run("return_permit", [self._semaphore_key(permit.name)], [permit.holder]))
+
     def queue(self, name: str) -> RedisQueue:
         return RedisQueue(self, common.check_name(name, "queue name"))
 
@@ -391,7 +418,12 @@ class RedisQueue:
         return common.absent_results(len(checked), puts, kept, done)
 
     def cancel(self, item_id: str) -> bool:
-        return bool(self._run("cancel", [common.check_name(item_id, "item_id")]))
+        return self.cancel_many([item_id])[0]
+
+    def cancel_many(self, item_ids: Sequence[str]) -> list[bool]:
+        """One script call for the whole batch (see ``redis_cancel.lua``)."""
+        ids = [common.check_name(item_id, "item_id") for item_id in item_ids]
+        return [bool(removed) for removed in self._run("cancel", ids)] if ids else []
 
     def claim(self, limit: int = 25, lease: float = 60.0, *, acks: Sequence[Claim] = ()) -> ClaimBatch:
         acks = common.check_claims(acks, self.name)

@@ -26,11 +26,17 @@ UPDATE job_ticks SET fence_token = 0 WHERE finished_at IS NULL AND fence_token <
 -- token 0, as a redrive does: every claim of the old store (its payload names
 -- the old generation) is refused by the fence, and the new store's claims
 -- (token >= 1) pass it. attempts are kept: the schedule goes on where it was.
-UPDATE webhook_deliveries
-   SET generation = generation + 1, fence_token = 0, updated_at = now()
- WHERE status IN ('pending', 'attempting', 'retrying')
-RETURNING id, generation,
-          extract(epoch FROM CASE WHEN status = 'retrying' THEN coalesce(next_attempt_at, now())
+-- Rows locked in id order, like every statement that locks several deliveries: none deadlock.
+WITH locked AS (
+    SELECT id FROM webhook_deliveries WHERE status IN ('pending', 'attempting', 'retrying')
+     ORDER BY id FOR NO KEY UPDATE
+)
+UPDATE webhook_deliveries d
+   SET generation = d.generation + 1, fence_token = 0, updated_at = now()
+  FROM locked
+ WHERE d.id = locked.id AND d.status IN ('pending', 'attempting', 'retrying')
+RETURNING d.id, d.generation,
+          extract(epoch FROM CASE WHEN d.status = 'retrying' THEN coalesce(d.next_attempt_at, now())
                                   ELSE now() + make_interval(secs => %(lease)s) END)::float8 AS due_at;
 
 -- name: record_identity --

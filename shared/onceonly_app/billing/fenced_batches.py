@@ -4,6 +4,7 @@ runs low. Batches committed stand whatever happens to the run after them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from ..budget import Budget, RunOutOfTimeError
 from .ticks import TickFence
 
 BATCH_SECONDS = 10.0  # kept free for one more batch: a statement and its commit
+HELD_ELSEWHERE_PAUSE = 0.05  # seconds between batches while the work left is locked by another transaction
 
 # One batch: given the fenced transaction's connection, do the work and say
 # how many rows it handled and whether more may be left.
@@ -47,6 +49,10 @@ def run_fenced_batches(pool: ConnectionPool, tick: Tick, batch: Batch, *, budget
         batches += 1
         if not more:
             break
+        if count == 0:
+            # Work is left that this batch could not take: another transaction
+            # holds its rows. Wait a moment for it to commit instead of spinning.
+            time.sleep(HELD_ELSEWHERE_PAUSE)
         if not budget.allows(BATCH_SECONDS):
             raise RunOutOfTimeError(f"{tick.job}: stopped near the deadline after {done} rows ({result_key})")
         tick.renew()

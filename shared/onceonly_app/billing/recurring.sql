@@ -17,6 +17,10 @@
 -- The unique (schedule_id, period_key) makes a second generation, concurrent
 -- or later, a no-op; the activity event is written only for invoices this
 -- statement created; next_period only moves up, past skipped periods too.
+-- That key alone is the arbiter, although the id is derived from the same
+-- pair: the schedule's row lock (picked) lets one statement at a time insert
+-- its periods, so no racing insert can meet the primary key first, and a
+-- primary key held by another period would be a fault to raise, not skip.
 -- The due day is counted from the day the invoice is issued, not from the
 -- period start: due_on = max(period start, the tick's local day) + due_days,
 -- so an invoice issued late (a lost tick, an outage) is never born overdue.
@@ -82,12 +86,14 @@ SELECT c.id, c.tenant_id, c.customer_email, c.amount_cents, c.currency, c.due_at
  ORDER BY c.schedule_id, c.period_key;
 
 -- name: any_due --
--- In: as_of, tenant. Out: a row if some schedule still has a due period that
--- no other transaction is working on (SKIP LOCKED: their holder generates them).
+-- In: as_of, tenant. Out: a row if some schedule still has a period due by this
+-- tick, locked by another transaction or not. Another run holding a schedule
+-- may be the run of an earlier tick, which generates it only up to that tick's
+-- day: its later periods are this run's, so the run goes on (and waits for the
+-- holder: generate_batch skips the schedule until its lock is released).
 SELECT 1 FROM billing_schedules
  WHERE active AND next_period_start <= (%(as_of)s::timestamptz AT TIME ZONE 'Pacific/Kiritimati')::date
    AND next_period_start <= billing_local_day(%(as_of)s, tenant_id)
    AND (ends_on IS NULL OR next_period_start <= ends_on)
    AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
- LIMIT 1
-   FOR UPDATE SKIP LOCKED;
+ LIMIT 1;

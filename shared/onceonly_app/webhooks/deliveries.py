@@ -1,14 +1,16 @@
 """The delivery records on the domain database (statements in deliveries.sql).
 
 Each method is one statement in its own short transaction, so no connection is
-held while a request is in flight. A database that cannot be reached raises
+held while a request is in flight. The work of a batch (an SQS batch, a claimed
+batch) takes one statement for all its deliveries: ``*_many`` methods, fenced
+row by row. A database that cannot be reached raises
 StoreUnavailableError ("retry may help"), never a driver error."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,7 +60,7 @@ class Subscription:
 
 @dataclass(frozen=True)
 class AttemptInput:
-    """A delivery as an attempt needs it, from start_attempt."""
+    """A delivery as an attempt needs it, from start_attempts."""
 
     id: str
     tenant_id: str | None  # the event's tenant
@@ -97,6 +99,16 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Created:
+    """What create_many did with a batch."""
+
+    known_webhooks: set[str]  # the batch's webhook_ids that name a subscription (a deleted one too)
+    delivery_ids: set[str]  # the deliveries it created
+    # (max_in_flight, rate_per_second) of the known subscriptions that are enabled and not deleted
+    limits: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Recorded:
     recorded: bool  # False: the fence refused it
     attempt: int | None
@@ -117,19 +129,26 @@ class DeliveryRepository:
             raise StoreUnavailableError(f"domain database unavailable ({name}): "
                                         f"{exc.__class__.__name__}") from exc
 
-    def subscription(self, webhook_id: str) -> Subscription | None:
-        rows = self._rows("subscription", {"webhook_id": webhook_id})
-        return Subscription(**rows[0]) if rows else None
-
     def create(self, request: DeliveryRequest) -> str | None:
-        """Insert the delivery; its id, or None if (webhook_id, event_id) already had one."""
+        """Insert the delivery; its id, or None if (webhook_id, event_id) already had
+        one or names no subscription."""
         delivery_id = delivery_id_for(request.webhook_id, request.event_id)
-        rows = self._rows("create_delivery", {
-            "id": delivery_id, "webhook_id": request.webhook_id, "tenant_id": request.tenant_id,
-            "event_id": request.event_id, "event_type": request.event_type, "payload": Jsonb(request.payload),
-            "occurred_at": request.occurred_at, "sequence": request.sequence,
-        })
-        return delivery_id if rows else None
+        return delivery_id if self.create_many([request]).delivery_ids else None
+
+    def create_many(self, requests: Sequence[DeliveryRequest]) -> Created:
+        """Insert the deliveries of ``requests`` whose subscription exists, in one
+        statement. One that already existed, or is listed again, is not created."""
+        if not requests:
+            return Created(set(), set())
+        rows = [{"id": delivery_id_for(r.webhook_id, r.event_id), "webhook_id": r.webhook_id,
+                 "tenant_id": r.tenant_id, "event_id": r.event_id, "event_type": r.event_type, "payload": r.payload,
+                 "occurred_at": r.occurred_at.isoformat() if r.occurred_at else None, "sequence": r.sequence}
+                for r in requests]
+        found = self._rows("create_deliveries", {"rows": Jsonb(rows)})
+        return Created({r["id"] for r in found if r["kind"] == "known"},
+                       {r["id"] for r in found if r["kind"] == "created"},
+                       {r["id"]: (r["max_in_flight"], float(r["rate_per_second"])) for r in found
+                        if r["kind"] == "known" and r["sendable"]})
 
     def untouched_since(self, delivery_id: str) -> float | None:
         """When the delivery was created, if no attempt was recorded and no claim
@@ -137,38 +156,45 @@ class DeliveryRepository:
         rows = self._rows("untouched_delivery", {"id": delivery_id})
         return float(rows[0]["created_at"]) if rows else None
 
-    def start_attempt(self, delivery_id: str, generation: int, token: int,
-                      max_attempts: int) -> AttemptInput | None:
-        """Count one more attempt and load what it needs; None if this holder was
-        fenced off or every allowed attempt has started (see state())."""
-        rows = self._rows("start_attempt", {"id": delivery_id, "generation": generation, "token": token,
-                                            "max_attempts": max_attempts})
-        if not rows:
-            return None
-        row = rows[0]
-        subscription = Subscription(row.pop("webhook_id"), row.pop("subscription_tenant_id"), row.pop("url"),
-                                    row.pop("secret"), row.pop("enabled"), tuple(row.pop("previous_secrets")),
-                                    row.pop("deleted"), row.pop("max_in_flight"), row.pop("rate_per_second"),
-                                    row.pop("headers"), row.pop("failing_since"))
-        return AttemptInput(subscription=subscription, **row)
+    def start_attempts(self, holders: Sequence[tuple[str, int, int]],
+                       max_attempts: int) -> dict[str, AttemptInput]:
+        """Count one more attempt for each ``(delivery_id, generation, token)``
+        (distinct ids) and load what it needs, in one statement: the attempts of
+        the holders that may make one. A holder fenced off, or whose every
+        allowed attempt has started, is missing (see state())."""
+        if not holders:
+            return {}
+        rows = self._rows("start_attempts", {
+            "rows": Jsonb([{"id": i, "generation": g, "token": t} for i, g, t in holders]),
+            "max_attempts": max_attempts})
+        return {row["id"]: _attempt_input(row) for row in rows}
 
-    def stamp_fence(self, delivery_id: str, generation: int, token: int) -> str | None:
-        """Take the delivery for a claim: the status it had before, or None if refused."""
-        rows = self._rows("stamp_fence", {"id": delivery_id, "generation": generation, "token": token})
-        return str(rows[0]["previous_status"]) if rows else None
+    def stamp_fences(self, holders: Sequence[tuple[str, int, int]]) -> dict[str, str]:
+        """Take the deliveries for their claims, ``(delivery_id, generation, token)``
+        each (distinct ids), in one statement: the status each stamped one had
+        before; a refused one is missing."""
+        if not holders:
+            return {}
+        rows = self._rows("stamp_fences", {
+            "rows": Jsonb([{"id": i, "generation": g, "token": t} for i, g, t in holders])})
+        return {row["id"]: str(row["previous_status"]) for row in rows}
 
     def state(self, delivery_id: str) -> dict[str, Any] | None:
         rows = self._rows("delivery_state", {"id": delivery_id})
         return rows[0] if rows else None
 
-    def record(self, delivery_id: str, generation: int, token: int, outcome: Outcome,
-               started_at: float) -> Recorded:
-        rows = self._rows("record_outcome", {
-            "id": delivery_id, "generation": generation, "token": token, "outcome": outcome.outcome,
-            "status": outcome.status, "response_code": outcome.response_code, "error": outcome.error,
-            "next_attempt_at": outcome.next_attempt_at, "started_at": started_at,
-        })
-        return Recorded(bool(rows[0]["recorded"]), rows[0]["attempt"], outcome.status, outcome.next_attempt_at)
+    def record_many(self, outcomes: Sequence[tuple[str, int, int, Outcome, float]]) -> dict[str, Recorded]:
+        """Record each ``(delivery_id, generation, token, outcome, started_at)``
+        (distinct ids) in one statement, each fenced on its own (False: refused)."""
+        if not outcomes:
+            return {}
+        rows = self._rows("record_outcomes", {"rows": Jsonb([
+            {"id": i, "generation": g, "token": t, "outcome": o.outcome, "status": o.status,
+             "response_code": o.response_code, "error": o.error, "next_attempt_at": o.next_attempt_at,
+             "started_at": started} for i, g, t, o, started in outcomes])})
+        asked = {i: o for i, _, _, o, _ in outcomes}
+        return {row["id"]: Recorded(bool(row["recorded"]), row["attempt"], asked[row["id"]].status,
+                                    asked[row["id"]].next_attempt_at) for row in rows}
 
     def record_held(self, delivery_id: str, generation: int, token: int, webhook_id: str, outcome: Outcome,
                     started_at: float, gone_url: str | None = None, reason: str | None = None) -> Recorded:
@@ -189,7 +215,7 @@ class DeliveryRepository:
 
     def defer(self, delivery_id: str, generation: int, token: int, next_attempt_at: float,
               retention: float) -> Recorded:
-        """Give back the attempt start_attempt counted, without a request (its
+        """Give back the attempt start_attempts counted, without a request (its
         endpoint is at its limit): the delivery is retrying, due at
         ``next_attempt_at``, or expired if its event is older than ``retention``
         seconds. Fenced like record()."""
@@ -199,11 +225,6 @@ class DeliveryRepository:
             return Recorded(False, None, "retrying", None)
         status = str(rows[0]["status"])
         return Recorded(True, rows[0]["attempts"], status, next_attempt_at if status == "retrying" else None)
-
-    def hold_behind(self, delivery_id: str, next_attempt_at: float) -> bool:
-        """Hold a delivery its creator has not attempted yet back (retrying, due
-        at ``next_attempt_at``) without an attempt; False if a claim took it."""
-        return bool(self._rows("hold_behind", {"id": delivery_id, "next_attempt_at": next_attempt_at}))
 
     def rotate_secret(self, webhook_id: str, secret: str, overlap: float, keep: int) -> bool:
         """Make ``secret`` the subscription's current signing secret; the one it
@@ -222,6 +243,14 @@ class DeliveryRepository:
 
     def dead(self, webhook_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         return self._rows("dead_deliveries", {"webhook_id": webhook_id, "limit": limit})
+
+
+def _attempt_input(row: dict[str, Any]) -> AttemptInput:
+    subscription = Subscription(row.pop("webhook_id"), row.pop("subscription_tenant_id"), row.pop("url"),
+                                row.pop("secret"), row.pop("enabled"), tuple(row.pop("previous_secrets")),
+                                row.pop("deleted"), row.pop("max_in_flight"), row.pop("rate_per_second"),
+                                row.pop("headers"), row.pop("failing_since"))
+    return AttemptInput(subscription=subscription, **row)
 
 
 def _iso(epoch: float) -> str:

@@ -2,25 +2,44 @@
 -- "-- name: NAME --" header (onceonly.stores.sqlfile). Every write that records
 -- an attempt's outcome is ONE statement fenced by (generation, fence_token).
 
--- name: subscription --
-SELECT id, tenant_id, url, secret, enabled, deleted_at IS NOT NULL AS deleted
-  FROM webhook_subscriptions WHERE id = %(webhook_id)s;
-
--- name: create_delivery --
--- In: id, webhook_id, tenant_id, event_id, event_type, payload, occurred_at,
--- sequence. Out: the new row, or NO row when (webhook_id, event_id) already has
--- a delivery. Closes the duplicate race: of two invocations handling the same
--- event, only the one whose insert created the row makes the first attempt.
+-- name: create_deliveries --
+-- In: rows, a JSON array of {id, webhook_id, tenant_id, event_id, event_type,
+-- payload, occurred_at, sequence} (one SQS batch). Out: a row (kind 'known', id,
+-- max_in_flight, rate_per_second, sendable: enabled and not deleted) per
+-- webhook_id of the input that names a subscription (deleted ones too: their
+-- deliveries end dropped), and a row (kind 'created', id) per delivery
+-- this statement created. A row whose webhook_id names no subscription is not
+-- inserted; a delivery (webhook_id, event_id) already had gives no 'created'
+-- row, and one listed twice gives one (the caller lets its first record make
+-- the attempt; the other is a duplicate). Closes the duplicate race: of two
+-- invocations handling the same event, only the one whose insert created the
+-- row makes the first attempt.
 -- No conflict target: the id is derived from (webhook_id, event_id), so one
 -- fact has two unique indexes (the primary key and webhook_deliveries_once),
 -- and a racing insert may meet either first; naming one would let the other
--- raise a unique violation instead of answering "duplicate".
-INSERT INTO webhook_deliveries (id, webhook_id, tenant_id, event_id, event_type, payload, occurred_at,
-                                event_sequence)
-VALUES (%(id)s, %(webhook_id)s, %(tenant_id)s, %(event_id)s, %(event_type)s, %(payload)s::jsonb,
-        %(occurred_at)s, %(sequence)s)
-ON CONFLICT DO NOTHING
-RETURNING id, generation, fence_token;
+-- raise a unique violation instead of answering "duplicate". Rows are inserted
+-- in id order: two batches sharing deliveries wait for each other's insert of
+-- the first one they share, instead of each holding one the other waits for (a deadlock).
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+        AS r(id text, webhook_id text, tenant_id text, event_id text, event_type text, payload jsonb,
+             occurred_at timestamptz, sequence bigint)
+), known AS (
+    SELECT s.id, s.max_in_flight, s.rate_per_second, s.enabled AND s.deleted_at IS NULL AS sendable
+      FROM webhook_subscriptions s WHERE s.id IN (SELECT webhook_id FROM input)
+), created AS (
+    INSERT INTO webhook_deliveries (id, webhook_id, tenant_id, event_id, event_type, payload, occurred_at,
+                                    event_sequence)
+    SELECT r.id, r.webhook_id, r.tenant_id, r.event_id, r.event_type, r.payload, r.occurred_at, r.sequence
+      FROM input r
+     WHERE r.webhook_id IN (SELECT id FROM known)
+     ORDER BY r.id
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT 'known' AS kind, id, max_in_flight, rate_per_second, sendable FROM known
+UNION ALL
+SELECT 'created', id, NULL, NULL, NULL FROM created;
 
 -- name: untouched_delivery --
 -- In: id. Out: the row's creation time (epoch) if nobody has recorded an
@@ -31,19 +50,26 @@ RETURNING id, generation, fence_token;
 SELECT extract(epoch FROM created_at)::float8 AS created_at FROM webhook_deliveries
  WHERE id = %(id)s AND status = 'pending' AND attempts = 0 AND fence_token = 0 AND generation = 0;
 
--- name: start_attempt --
--- In: id, generation, token, max_attempts. Out: everything the attempt needs,
--- the subscription and the attempt's number included, or NO row: the holder
--- was fenced off (a newer token, a redrive, a finished delivery) or every
--- attempt the schedule allows has started. The attempt is counted here, BEFORE
--- the request, in its own commit: a worker that dies mid-attempt, or cannot
--- read the response, has still used one, so a poison delivery runs out.
+-- name: start_attempts --
+-- In: rows, a JSON array of {id, generation, token} (distinct ids), max_attempts.
+-- Out: for each holder that may attempt, everything its attempt needs, the
+-- subscription and the attempt's number included; NO row for one that was
+-- fenced off (a newer token, a redrive, a finished delivery) or whose every
+-- allowed attempt has started. The attempt is counted here, BEFORE the request,
+-- in its own commit: a worker that dies mid-attempt, or cannot read the
+-- response, has still used one, so a poison delivery runs out. Each row is
+-- fenced on its own; the rows are locked in id order, so two batches never deadlock.
 -- previous_secrets: the rotated-out secrets still inside their overlap, newest first.
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id text, generation int, token bigint)
+), locked AS (
+    SELECT d.id FROM webhook_deliveries d JOIN input i ON i.id = d.id ORDER BY d.id FOR NO KEY UPDATE OF d
+)
 UPDATE webhook_deliveries d
    SET attempts = d.attempts + 1, updated_at = now()
-  FROM webhook_subscriptions s
- WHERE d.id = %(id)s AND s.id = d.webhook_id
-   AND d.generation = %(generation)s AND d.fence_token = %(token)s
+  FROM input i, webhook_subscriptions s
+ WHERE d.id = i.id AND d.id IN (SELECT id FROM locked) AND s.id = d.webhook_id
+   AND d.generation = i.generation AND d.fence_token = i.token
    AND d.status IN ('pending', 'attempting')
    AND d.attempts < %(max_attempts)s
 RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.event_sequence, d.event_id,
@@ -55,58 +81,73 @@ RETURNING d.id, d.tenant_id, d.event_type, d.payload, d.attempts AS attempt, d.e
                  WHERE (p ->> 'until')::float8 > extract(epoch FROM now())
                  ORDER BY (p ->> 'until')::float8 DESC) AS previous_secrets;
 
--- name: stamp_fence --
--- In: id, generation, token (the queue claim's). Out: the row with the status it
--- had before (previous_status), or NO row: a newer holder stamped a higher token,
--- the generation moved on (redrive), or the delivery is finished. previous_status
--- 'pending'/'attempting' means the last holder never recorded its outcome: its
--- lease was reclaimed. The CTE's row lock serialises concurrent stamps.
-WITH prev AS (
-    SELECT id, status FROM webhook_deliveries WHERE id = %(id)s FOR UPDATE
+-- name: stamp_fences --
+-- In: rows, a JSON array of {id, generation, token} (the queue claims'; distinct
+-- ids). Out: per delivery stamped, its id and the status it had before
+-- (previous_status); NO row for one refused: a newer holder stamped a higher
+-- token, the generation moved on (redrive), or the delivery is finished.
+-- previous_status 'pending'/'attempting' means the last holder never recorded
+-- its outcome: its lease was reclaimed. The CTE's row locks (in id order, so
+-- two batches never deadlock) serialise concurrent stamps of one delivery.
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(id text, generation int, token bigint)
+), prev AS (
+    SELECT d.id, d.status FROM webhook_deliveries d JOIN input i ON i.id = d.id ORDER BY d.id FOR UPDATE OF d
 )
 UPDATE webhook_deliveries d
-   SET fence_token = %(token)s, status = 'attempting', updated_at = now()
-  FROM prev
- WHERE d.id = prev.id
-   AND d.generation = %(generation)s
-   AND d.fence_token < %(token)s
+   SET fence_token = i.token, status = 'attempting', updated_at = now()
+  FROM prev, input i
+ WHERE d.id = prev.id AND i.id = d.id
+   AND d.generation = i.generation
+   AND d.fence_token < i.token
    AND d.status IN ('pending', 'attempting', 'retrying')
-RETURNING prev.status AS previous_status;
+RETURNING d.id, prev.status AS previous_status;
 
 -- name: delivery_state --
 SELECT webhook_id, status, generation, fence_token, attempts FROM webhook_deliveries WHERE id = %(id)s;
 
--- name: record_outcome --
--- In: id, generation, token, outcome, status (the delivery's new status),
--- response_code, error, next_attempt_at (epoch or NULL), started_at (epoch).
--- Out: recorded (bool) and the delivery's attempt number (counted by start_attempt).
+-- name: record_outcomes --
+-- In: rows, a JSON array of {id, generation, token, outcome, status (the
+-- delivery's new status), response_code, error, next_attempt_at (epoch or
+-- null), started_at (epoch)} (distinct ids). Out: per row of the input its id,
+-- recorded (bool) and the delivery's attempt number (counted by start_attempts).
 -- The fenced UPDATE and the attempts-log INSERT are one statement: the log
--- always gains a row (a refused, stale attempt too, recorded = false), while the
--- delivery only changes if (generation, fence_token) still match, so a holder
--- that lost its lease cannot overwrite a newer attempt's result.
-WITH upd AS (
-    UPDATE webhook_deliveries
-       SET status = %(status)s,
-           response_code = %(response_code)s,
-           last_error = %(error)s,
-           next_attempt_at = to_timestamp(%(next_attempt_at)s::float8),
-           delivered_at = CASE WHEN %(status)s = 'succeeded' THEN now() ELSE delivered_at END,
+-- always gains a row per input (a refused, stale attempt too, recorded =
+-- false), while a delivery only changes if its (generation, fence_token) still
+-- match, so a holder that lost its lease cannot overwrite a newer attempt's
+-- result. Rows are locked in id order, so two batches never deadlock.
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+        AS r(id text, generation int, token bigint, outcome text, status text, response_code int, error text,
+             next_attempt_at float8, started_at float8)
+), locked AS (
+    SELECT d.id FROM webhook_deliveries d JOIN input i ON i.id = d.id ORDER BY d.id FOR NO KEY UPDATE OF d
+), upd AS (
+    UPDATE webhook_deliveries d
+       SET status = i.status,
+           response_code = i.response_code,
+           last_error = i.error,
+           next_attempt_at = to_timestamp(i.next_attempt_at),
+           delivered_at = CASE WHEN i.status = 'succeeded' THEN now() ELSE d.delivered_at END,
            updated_at = now()
-     WHERE id = %(id)s AND generation = %(generation)s AND fence_token = %(token)s
-       AND status IN ('pending', 'attempting')
-    RETURNING attempts
+      FROM input i
+     WHERE d.id = i.id AND d.id IN (SELECT id FROM locked)
+       AND d.generation = i.generation AND d.fence_token = i.token
+       AND d.status IN ('pending', 'attempting')
+    RETURNING d.id, d.attempts
 )
 INSERT INTO webhook_attempts (delivery_id, generation, fence_token, attempt, outcome, response_code,
                               error, recorded, started_at)
-SELECT %(id)s, %(generation)s, %(token)s, (SELECT attempts FROM upd), %(outcome)s, %(response_code)s,
-       %(error)s, EXISTS (SELECT 1 FROM upd), to_timestamp(%(started_at)s::float8)
-RETURNING recorded, attempt;
+SELECT i.id, i.generation, i.token, upd.attempts, i.outcome, i.response_code, i.error, upd.id IS NOT NULL,
+       to_timestamp(i.started_at)
+  FROM input i LEFT JOIN upd ON upd.id = i.id
+RETURNING delivery_id AS id, recorded, attempt;
 
 -- name: defer_attempt --
 -- In: id, generation, token, next_attempt_at (epoch), retention (seconds).
 -- Out: the attempts count and the status written, or NO row when fenced off.
 -- The endpoint was at its limit, so no request was made: the attempt
--- start_attempt counted is given back, deferrals counts one more (the
+-- start_attempts counted is given back, deferrals counts one more (the
 -- in-flight cap's delay grows with it), and the delivery waits as retrying
 -- (its queue item is moved to next_attempt_at by the caller). Waiting is
 -- bounded: a delivery whose event is older than the retention when it is held
@@ -129,18 +170,6 @@ UPDATE webhook_deliveries
  WHERE id = %(id)s AND generation = %(generation)s AND fence_token = %(token)s
    AND status IN ('pending', 'attempting') AND attempts > 0
 RETURNING attempts, status, deferrals;
-
--- name: hold_behind --
--- In: id, next_attempt_at (epoch). Out: the row's id, or NO row when a claim
--- stamped it meanwhile. A new delivery of a lane whose earlier record was held
--- back by the endpoint's limit waits behind it without an attempt: retrying,
--- due right after it (service.py, _hold_behind). Fenced as the first attempt
--- is: only while nobody has touched it (token 0, no attempt).
-UPDATE webhook_deliveries
-   SET status = 'retrying', deferrals = deferrals + 1, next_attempt_at = to_timestamp(%(next_attempt_at)s::float8),
-       updated_at = now()
- WHERE id = %(id)s AND generation = 0 AND fence_token = 0 AND status = 'pending' AND attempts = 0
-RETURNING id;
 
 -- name: rotate_secret --
 -- In: webhook_id, secret (the new one), overlap (seconds), keep (how many

@@ -5,7 +5,10 @@ decides when SQS brings it back.
   of the message. It fails; SQS brings it back after the queue's visibility
   timeout, and after maxReceiveCount receives moves it to the dead-letter queue.
 - Not started for lack of time (DeadlineNearError): it fails with nothing
-  written, and comes back after the visibility timeout.
+  written, and comes back after the visibility timeout. Phase 1 (below)
+  takes the records sure to start in time even if every earlier one took
+  its whole attempt budget (lanes.latest_starts); each other record is
+  started alone when its turn comes, if the invocation has the time then.
 - A store is unavailable (the database or the coordination store): the record
   and every later one of the batch fail without being tried, since each would
   wait for the same outage. Each gets a visibility timeout that doubles with its
@@ -16,15 +19,28 @@ decides when SQS brings it back.
 The records before the outage are done and are not sent back (partial batch
 response), which is why the batch is not failed as a whole.
 
-The records run concurrently (lanes.py): at most ``max_in_flight`` at once,
-and, under WEBHOOK_SERIAL_PER_SUBSCRIPTION, the records of one subscription
-one after another in batch order. Each keeps its own outcome; the batch
-processor reads them in batch order."""
+The batch runs in three phases, so that its store work costs one round trip
+per kind of work rather than per record (service.py: start_batch, try_started,
+finish_batch):
+
+1. for all records at once: parse; which subscriptions exist; the deliveries'
+   INSERT; their safety nets; the first attempts' start. An outage here
+   stops every record (a delivery created meanwhile is a duplicate when SQS
+   brings its record back, and re-arms its safety net);
+2. per record, concurrently (lanes.py): at most ``max_in_flight`` at once,
+   and, under WEBHOOK_SERIAL_PER_SUBSCRIPTION, the records of one subscription
+   one after another in batch order: admission, signing, the POST;
+3. for all records at once: the outcomes, the queue items. An outage here
+   fails every record that reached it; their deliveries were attempted and
+   counted, and their safety nets bring them to a retry worker.
+
+Each record keeps its own outcome; the batch processor reads them in batch order."""
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor
@@ -34,13 +50,14 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from onceonly.errors import StoreUnavailableError
 from onceonly_app.budget import Budget
 
-from .lanes import run_in_lanes
+from .lanes import latest_starts, run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError, parse_message
-from .service import DeadlineNearError, DispatchResult, WebhookService
+from .service import DeadlineNearError, DispatchResult, Outcome, Started, WebhookService
 
 OUTAGE_VISIBILITY_FIRST = 60  # seconds before the first retry of a record an outage stopped
 OUTAGE_VISIBILITY_MAX = 43_200  # SQS's longest visibility timeout (12 h)
 SQS_BATCH = 10  # ChangeMessageVisibilityBatch takes at most 10 entries
+LATE = object()  # a record phase 1 left to be started at its turn
 
 
 class MalformedBatchError(ValueError):
@@ -96,21 +113,77 @@ class DispatchBatch:
         self.stopped_by_outage: list[SQSRecord] = []
         # By record, not messageId: a hostile batch may repeat one (SQS never does).
         self._requests: dict[int, DeliveryRequest | MalformedMessageError] = {}
-        self._outcomes: dict[int, Future[DispatchResult]] = {}
+        self._started: dict[int, Started | DispatchResult | Exception | object] = {}
+        self._outcomes: dict[int, DispatchResult | _Tried | Exception] = {}
         # Under WEBHOOK_SERIAL_PER_SUBSCRIPTION: a lane's latest record held back by
         # its endpoint's limit, and when it is due; the lane's later records wait behind it.
         self._held_back: dict[str, float] = {}
+        self._lease_ends_by: float | None = None  # the batch's first safety net (run)
+        self._last_of_endpoint: set[int] = set()  # each subscription's last record of the batch (run)
 
     def run(self, records: list[SQSRecord]) -> None:
-        """Handle every record, at most WEBHOOK_MAX_IN_FLIGHT at once (a
-        subscription's one by one in batch order under WEBHOOK_SERIAL_PER_SUBSCRIPTION);
-        returns when all have finished."""
-        futures = run_in_lanes(records, self._lane, self.handle, self.service.config.max_in_flight)
-        self._outcomes = {_key(record): future for record, future in zip(records, futures, strict=True)}
+        """Handle every record in the three phases; returns when all have finished."""
+        valid = [(record, request) for record in records
+                 if not isinstance(request := self._request(record), MalformedMessageError)]
+        # Phase 1 takes the records sure to start in time even if every earlier
+        # one took its whole attempt budget; the others are started one by one
+        # when their turn comes, if there is time left then (nothing is written
+        # for one that is not).
+        starts = latest_starts(records, self._lane, self.service.config.max_in_flight,
+                               self.service.config.attempt_budget)
+        late = {_key(record) for record, start in zip(records, starts, strict=True)
+                if not self.service.has_time_for_attempt(self.budget, after=start)}
+        self._started = dict.fromkeys(late, LATE)
+        valid = [(record, request) for record, request in valid if _key(record) not in late]
+        # The first record of each lane that starts at once is admitted with the others,
+        # in one round trip per limit, while phase 1 writes.
+        start_of = {_key(record): start for record, start in zip(records, starts, strict=True)}
+        at_once = {n for n, (record, _) in enumerate(valid) if start_of[_key(record)] == 0.0}
+        try:
+            started = self.service.start_batch([request for _, request in valid], self.budget, admit=at_once)
+        except StoreUnavailableError as exc:
+            started = [exc] * len(valid)  # each record reports it (handle)
+        self._started.update({_key(record): start for (record, _), start in zip(valid, started, strict=True)})
+        # The records started later are recorded with these: their requests end by the first safety net.
+        self._lease_ends_by = min((s.window.lease_ends_at for s in started if isinstance(s, Started)), default=None)
+        # A subscription's last record of the batch gives its permit back on the
+        # returns thread (beside phase 3); an earlier one at once, as a later
+        # record to the same endpoint may need the place.
+        self._last_of_endpoint = set({request.webhook_id: _key(record) for record, request in valid}.values())
+        try:
+            futures = run_in_lanes(records, self._lane, self.handle, self.service.config.max_in_flight)
+            self._outcomes = {_key(record): _result_or_exception(future)
+                              for record, future in zip(records, futures, strict=True)}
+            self._finish([(record, tried) for record in records
+                          if isinstance(tried := self._outcomes[_key(record)], _Tried)])
+        finally:
+            # The permits' returns ran beside phase 3.
+            self.service.finish_returns(s.admitted for s in started if isinstance(s, Started))
+
+    def _finish(self, tried: list[tuple[SQSRecord, _Tried]]) -> None:
+        """Phase 3 for every record that made it through phase 2."""
+        if not tried:
+            return
+        try:
+            results = self.service.finish_batch([(t.start, t.outcome) for _, t in tried])
+        except StoreUnavailableError as exc:
+            self.outage = self.outage or exc
+            self.log.error("a store is unavailable: the attempted records are sent back with a backoff",
+                           extra={"records": len(tried), "reason": str(exc)})
+            for record, _ in tried:
+                self.stopped_by_outage.append(record)
+                self._outcomes[_key(record)] = exc
+            return
+        for (record, _), result in zip(tried, results, strict=True):
+            self._outcomes[_key(record)] = result
 
     def outcome(self, record: SQSRecord) -> DispatchResult:
         """What ``run`` made of ``record``: its result, or its exception raised."""
-        return self._outcomes[_key(record)].result()
+        result = self._outcomes[_key(record)]
+        if isinstance(result, Exception):
+            raise result
+        assert isinstance(result, DispatchResult)  # every _Tried was finished by run
+        return result
 
     def _lane(self, record: SQSRecord) -> str:
         """Its subscription under WEBHOOK_SERIAL_PER_SUBSCRIPTION, else a lane of its own
@@ -130,7 +203,7 @@ class DispatchBatch:
                 self._requests[key] = exc
         return self._requests[key]
 
-    def handle(self, record: SQSRecord) -> DispatchResult:
+    def handle(self, record: SQSRecord) -> DispatchResult | _Tried:
         context = {"message_id": record.message_id}
         if self.outage is not None:
             self.stopped_by_outage.append(record)
@@ -139,7 +212,13 @@ class DispatchBatch:
             request = self._request(record)
             if isinstance(request, MalformedMessageError):
                 raise request
-            return self._dispatch_in_lane(record, request)
+            known = self._started[_key(record)]
+            (start,) = self.service.start_batch([request], self.budget, lease_ends_by=self._lease_ends_by) \
+                if known is LATE else (known,)
+            if isinstance(start, Exception):
+                raise start
+            assert isinstance(start, Started | DispatchResult)
+            return self._try_in_lane(record, start)
         except MalformedMessageError as exc:
             # The reason names the bad field; the body itself is never logged.
             self.log.warning("malformed record rejected", extra={**context, "reason": str(exc)})
@@ -154,20 +233,21 @@ class DispatchBatch:
                            extra={**context, "reason": str(exc)})
             raise
 
-    def _dispatch_in_lane(self, record: SQSRecord, request: DeliveryRequest) -> DispatchResult:
-        """Dispatch, and under WEBHOOK_SERIAL_PER_SUBSCRIPTION keep the lane's order
-        when its endpoint holds a record back: every later record of the lane is
-        held back behind it (no attempt), instead of overtaking it. A lane's
-        records run one after another in one thread, so its entry has one writer."""
-        if not self.service.config.serial_per_subscription:
-            return self.service.dispatch(request, self.budget)
+    def _try_in_lane(self, record: SQSRecord, start: Started | DispatchResult) -> DispatchResult | _Tried:
+        """Phase 2 of one record, and under WEBHOOK_SERIAL_PER_SUBSCRIPTION keep the
+        lane's order when its endpoint holds a record back: every later record of
+        the lane is held back behind it (no attempt), instead of overtaking it.
+        A lane's records run one after another in one thread, so its entry has one writer."""
+        serial = self.service.config.serial_per_subscription
         lane = self._lane(record)
-        result = self.service.dispatch(request, self.budget, behind=self._held_back.get(lane))
-        attempt = result.attempt
-        if attempt is not None and attempt.recorded and attempt.outcome == "deferred" \
-                and attempt.next_attempt_at is not None:
-            self._held_back[lane] = attempt.next_attempt_at
-        return result
+        tried = self.service.try_started(start, self._held_back.get(lane) if serial else None,
+                                         later=_key(record) in self._last_of_endpoint)
+        if isinstance(tried, DispatchResult):
+            return tried
+        if serial and tried.outcome == "deferred" and tried.next_attempt_at is not None:
+            self._held_back[lane] = tried.next_attempt_at
+        assert isinstance(start, Started)  # try_started only tries a Started record
+        return _Tried(start, tried)
 
     def back_off(self, sqs: Any, queue_url: str) -> int:
         """Give every record the outage stopped its backoff visibility timeout.
@@ -188,6 +268,22 @@ class DispatchBatch:
                 continue
             changed += len(response.get("Successful", []))
         return changed
+
+
+@dataclass(frozen=True)
+class _Tried:
+    """A record through phase 2: what its attempt came to, not recorded yet."""
+
+    start: Started
+    outcome: Outcome
+
+
+def _result_or_exception(future: Future[DispatchResult | _Tried]) -> DispatchResult | _Tried | Exception:
+    exc = future.exception()
+    if exc is None:
+        return future.result()
+    assert isinstance(exc, Exception)  # lanes.py only catches Exception
+    return exc
 
 
 def _key(record: SQSRecord) -> int:

@@ -54,7 +54,7 @@ WITH sub AS (
            nextval('webhook_event_sequence'), 'retrying', now()
       FROM disabled d
      CROSS JOIN unnest(%(targets)s::text[], %(delivery_ids)s::text[]) AS t(webhook_id, delivery_id)
-    ON CONFLICT (webhook_id, event_id) DO NOTHING
+    ON CONFLICT DO NOTHING  -- every unique index: the id is derived from (webhook_id, event_id)
 ), mailed AS (
     INSERT INTO notifications (notification_key, tenant_id, kind, recipient, subject, body_text)
     SELECT %(event_id)s, d.tenant_id, 'endpoint.disabled', b.contact_email, %(subject)s, %(body)s
@@ -79,7 +79,7 @@ WITH dead AS (
            now(), nextval('webhook_event_sequence'), 'retrying', now()
       FROM dead d
      CROSS JOIN unnest(%(targets)s::text[], %(delivery_ids)s::text[]) AS t(webhook_id, delivery_id)
-    ON CONFLICT (webhook_id, event_id) DO NOTHING
+    ON CONFLICT DO NOTHING  -- every unique index: the id is derived from (webhook_id, event_id)
 ), mailed AS (
     INSERT INTO notifications (notification_key, tenant_id, kind, recipient, subject, body_text)
     SELECT %(event_id)s, d.tenant_id, 'message.attempt.exhausted', b.contact_email, %(subject)s, %(body)s

@@ -1,25 +1,31 @@
 -- Per-endpoint rate limits (endpoint_limits.py): one token bucket per
 -- subscription in webhook_endpoint_buckets (0008_webhook_subscription_management.sql).
 
--- name: take_rate_token --
--- In: webhook_id, rate (tokens per second; the bucket holds at most
--- greatest(rate, 1)). Out: a row when a token was taken, else NO row.
--- ONE statement: the conflicting row's lock serialises every taker of the
+-- name: take_rate_tokens --
+-- In: webhook_ids[] (distinct), rates[] (tokens per second each; a bucket
+-- holds at most greatest(rate, 1)). Out: a row (webhook_id) per token taken;
+-- none for a bucket with less than a whole token.
+-- ONE statement: each conflicting row's lock serialises every taker of its
 -- subscription, and each re-reads the bucket its predecessor committed, so two
--- attempts never take the same token. The refill uses the later of the row's
--- time and this statement's clock (taken before any lock wait), so a waiter
--- never refills for time that did not pass.
+-- attempts never take the same token. The rows are locked in id order, so
+-- takers of overlapping sets never wait on each other in a cycle. The refill
+-- uses the later of the row's time and this statement's clock (taken before
+-- any lock wait), so a waiter never refills for time that did not pass.
+WITH wanted AS (
+    SELECT * FROM unnest(%(webhook_ids)s::text[], %(rates)s::float8[]) AS w(webhook_id, rate)
+)
 INSERT INTO webhook_endpoint_buckets AS b (webhook_id, tokens, refilled_at)
-VALUES (%(webhook_id)s, greatest(%(rate)s::float8, 1) - 1, clock_timestamp())
+SELECT w.webhook_id, greatest(w.rate, 1) - 1, clock_timestamp() FROM wanted w
+ ORDER BY w.webhook_id
 ON CONFLICT (webhook_id) DO UPDATE
-   SET tokens = least(greatest(%(rate)s::float8, 1),
-                      b.tokens + %(rate)s::float8
-                                 * greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at))) - 1,
+   SET tokens = (SELECT least(greatest(w.rate, 1),
+                              b.tokens + w.rate * greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)))
+                   FROM wanted w WHERE w.webhook_id = b.webhook_id) - 1,
        refilled_at = greatest(b.refilled_at, EXCLUDED.refilled_at)
- WHERE least(greatest(%(rate)s::float8, 1),
-             b.tokens + %(rate)s::float8
-                        * greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at))) >= 1
-RETURNING b.tokens;
+ WHERE (SELECT least(greatest(w.rate, 1),
+                     b.tokens + w.rate * greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)))
+          FROM wanted w WHERE w.webhook_id = b.webhook_id) >= 1
+RETURNING b.webhook_id;
 
 -- name: reserve_rate_turn --
 -- In: webhook_id, rate (tokens per second, at least MIN_RATE). Out: turn

@@ -12,12 +12,15 @@
 -- decides. FOR UPDATE waits for a holder recording its outcome right now and
 -- then re-checks the row as committed: one that succeeded meanwhile is not
 -- sent again. Runs after lock_subscription (the order record_held locks in).
+-- The rows are locked in id order, as every statement that locks several
+-- deliveries does (a retry batch's stamps, starts and outcomes), so none deadlock.
 WITH chosen AS (
     SELECT id, status FROM webhook_deliveries
      WHERE webhook_id = %(webhook_id)s
        AND coalesce(occurred_at, created_at) >= to_timestamp(%(since)s::float8)
        AND coalesce(occurred_at, created_at) < to_timestamp(%(until)s::float8)
        AND status = ANY (%(statuses)s::text[])
+     ORDER BY id
        FOR UPDATE
 )
 UPDATE webhook_deliveries d

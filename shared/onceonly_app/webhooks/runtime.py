@@ -15,7 +15,7 @@ from onceonly_app.appdb.clients import coordination_store, db_pool
 from .config import WebhookConfig
 from .deliveries import DeliveryRepository
 from .endpoint_health import EndpointHealth
-from .endpoint_limits import EndpointGate
+from .endpoint_limits import EndpointGate, PermitReturns
 from .sender import WebhookSender
 from .service import WebhookService
 
@@ -33,11 +33,18 @@ def webhook_service(logger: logging.Logger | Any | None = None) -> WebhookServic
     config, repo, sender = _parts()
     store = coordination_store()
     # A slot outlives the request it admits: the attempt's whole budget and the margin.
-    gate = EndpointGate(store, repo.pool, config.attempt_budget + config.deadline_margin, log=logger)
+    gate = EndpointGate(store, repo.pool, config.attempt_budget + config.deadline_margin, log=logger,
+                        returns=_permit_returns())
     queue = store.queue(config.queue_name)
     health = EndpointHealth(repo.pool, queue, period=config.auto_disable_after, lease=config.attempt_lease,
                             clock=time.time, log=logger or logging.getLogger(__name__))
     return WebhookService(repo, queue, sender, config, logger=logger, gate=gate, health=health)
+
+
+@cache
+def _permit_returns() -> PermitReturns:
+    """One returns thread per container, not one per invocation's service."""
+    return PermitReturns(coordination_store())
 
 
 @cache
@@ -55,5 +62,6 @@ def dispatch_queue() -> tuple[Any, str] | None:
 def reset() -> None:
     """Forget this process's clients (tests and the local CLI switch stores)."""
     _parts.cache_clear()
+    _permit_returns.cache_clear()
     dispatch_queue.cache_clear()
     clients.reset()

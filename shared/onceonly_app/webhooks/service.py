@@ -7,11 +7,15 @@ outcome does to the delivery record and the due queue.
 - Retry (schedule): any number of workers claim due deliveries from the queue;
   each claim stamps its token on the delivery before attempting, and every write
   recording an outcome must still match that token.
-- Every attempt is counted when it starts (start_attempt), so a delivery whose
+- Every attempt is counted when it starts (start_attempts), so a delivery whose
   attempts crash the worker still runs out of attempts and dead-letters; one
   claim that fails does not stop the run, only an unavailable store does.
-- Every attempt has one deadline (attempt_budget) for its DNS lookup and its
-  whole request, and is only started when the invocation has that much time left.
+- An attempt's DNS lookup has a deadline of attempt_budget, and its request
+  another, started once the endpoint admitted it (waiting for admission is
+  not the request's time). It is only started when its holder's window (the
+  claim's lease, or the dispatcher's safety net, and the invocation's time)
+  has that much left, and checked again after admission: a request that
+  would outlive the window is not sent (AttemptWindow).
 - The claims of one batch are attempted concurrently (max_in_flight at once,
   lanes.py), each with its own fence, outcome and report.
 """
@@ -19,9 +23,11 @@ outcome does to the delivery record and the due queue.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -34,9 +40,9 @@ from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
 from .deliveries import AttemptInput, DeliveryRepository, Outcome, Recorded, Subscription, delivery_id_for
 from .endpoint_health import EndpointHealth
-from .endpoint_limits import DEFER_RETENTION, Admission, EndpointGate
+from .endpoint_limits import DEFER_RETENTION, HELD_BACK_DELAY, Admission, EndpointGate
 from .endpoint_settings import request_headers
-from .lanes import run_in_lanes
+from .lanes import in_background, run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError
 from .sender import SendResult, WebhookSender
 from .signing import signed_headers
@@ -47,15 +53,60 @@ from .urls import UnencodableURLError
 # the subscription queues the delivery again, subscriptions.enable).
 OFF_QUEUE = frozenset({"succeeded", "dead", "held", "expired", "dropped", "aborted"})
 DISPATCH_TOKEN = 0  # queue items start at token 0; a claim's token is always >= 1
+DUPLICATE = "duplicate"
 GONE_REASON = "410 Gone from the endpoint"  # the subscription's disabled_reason
 HELD_ERROR = "subscription disabled: held until it is enabled"
 ABORTED = "aborted by the receiver (webhook-delivery: abort-message): not retried"
 HELD_BACK = "held back by the endpoint's limit (in flight or per second): delayed, no attempt used"
+HELD_BEHIND = "held back behind an earlier record of its lane: delayed, no attempt used"
+ADMITTED_LATE = ("admitted too late: the request would outlive the holder's lease or the invocation; "
+                 "delayed, no attempt used")
 LANE_SPACING = 0.001  # seconds between the due times of a lane's records held back behind one another
 
 
 class UnknownWebhookError(MalformedMessageError):
     """The message names a subscription that does not exist."""
+
+
+@dataclass(frozen=True)
+class AttemptWindow:
+    """Until when a holder's request may run: its lease (a claim's, or the
+    dispatcher's safety net, epoch seconds on the service's clock), and the
+    invocation's time. Past the lease another worker takes the delivery and
+    POSTs it again."""
+
+    lease_ends_at: float
+    budget: Budget | None = None
+
+    def fits(self, now: float, seconds: float) -> bool:
+        """Whether a request of up to ``seconds`` started ``now`` ends inside both."""
+        return self.lease_ends_at - now > seconds and (self.budget is None or self.budget.allows(seconds))
+
+
+@dataclass
+class Started:
+    """A record of an SQS batch after start_batch: its delivery created, its
+    safety net queued, its first attempt counted (``delivery``; None: fenced
+    off before it started, a retry worker took it)."""
+
+    delivery_id: str
+    window: AttemptWindow
+    started_at: float
+    delivery: AttemptInput | None = None
+    admitted: Admission | None = None  # taken with the batch's (start_batch's ``admit``)
+
+
+@dataclass(frozen=True)
+class ClaimAttempt:
+    """A claim of a retry batch after its phase 1: stamped and started
+    (``delivery``), or out of attempts (``outcome`` decided, no request)."""
+
+    claim: Claim
+    window: AttemptWindow
+    started_at: float
+    delivery: AttemptInput | None
+    webhook_id: str
+    outcome: Outcome | None = None
 
 
 class DeadlineNearError(Exception):
@@ -154,60 +205,167 @@ class WebhookService:
         """A Lambda invocation's time, WEBHOOK_DEADLINE_MARGIN kept back for recording and acking."""
         return Budget.of_lambda(context, reserve=self.config.deadline_margin)
 
-    def has_time_for_attempt(self, budget: Budget) -> bool:
-        """Whether an attempt started now ends (deadline) with the margin still left."""
-        return budget.allows(self.config.attempt_budget)
+    def has_time_for_attempt(self, budget: Budget, *, after: float = 0.0) -> bool:
+        """Whether an attempt started now (or ``after`` seconds from now) ends
+        (deadline) with the margin still left."""
+        return budget.allows(after + self.config.attempt_budget)
 
     def dispatch(self, request: DeliveryRequest, budget: Budget | None = None, *,
                  behind: float | None = None) -> DispatchResult:
-        """Create the delivery of ``request`` and make its first attempt, once.
+        """Create the delivery of ``request`` and make its first attempt, once:
+        a batch of one (start_batch, try_started, finish_batch).
         ``behind``: an earlier record of its lane was held back by the endpoint's
         limit, due then; this one makes no attempt and is held back right
-        behind it (_hold_behind), so it cannot overtake it.
+        behind it, so it cannot overtake it.
         Raises UnknownWebhookError (the record fails alone and goes to the DLQ),
         DeadlineNearError before doing anything if ``budget`` leaves too
         little time, StoreUnavailableError if a store cannot be reached."""
-        if budget is not None and not self.has_time_for_attempt(budget):
-            raise DeadlineNearError(f"{budget.left():.1f} s left after the margin, an attempt needs up to "
-                                    f"{self.config.attempt_budget:g} s")
-        if self.repo.subscription(request.webhook_id) is None:
-            raise UnknownWebhookError(f"unknown webhook_id {request.webhook_id!r}")
-        delivery_id = self.repo.create(request)
-        if delivery_id is None:
-            return self._duplicate(delivery_id_for(request.webhook_id, request.event_id))
-        # The safety net first: if this invocation dies from here on, a retry
-        # worker claims the delivery when the lease runs out.
-        safety_net_due = self.clock() + self.config.attempt_lease
-        self.queue.put(delivery_id, due_at=safety_net_due, payload={"generation": 0})
-        if behind is not None:
-            return self._hold_behind(delivery_id, request.webhook_id, behind)
-        report = self._attempt(delivery_id, generation=0, token=DISPATCH_TOKEN)
-        if report is None:
-            return DispatchResult(delivery_id, "fenced")  # a retry worker owns it (and the queue item)
-        if report.recorded:
-            if report.status == "retrying":
-                self.queue.put(delivery_id, due_at=report.next_attempt_at, payload={"generation": 0})
-            else:
-                self.queue.cancel(delivery_id)
-                if report.status == "held":
-                    self._requeue_released([delivery_id])
-        # Not recorded: a retry worker reclaimed it (we outlived our lease); the
-        # queue item is that worker's now, so leave it alone.
-        return DispatchResult(delivery_id, "attempted", report)
+        (start,) = self.start_batch([request], budget)
+        if isinstance(start, Exception):
+            raise start
+        if isinstance(start, DispatchResult):
+            return start
+        tried = self.try_started(start, behind)
+        if isinstance(tried, DispatchResult):
+            return tried
+        (result,) = self.finish_batch([(start, tried)])
+        return result
 
-    def _hold_behind(self, delivery_id: str, webhook_id: str, behind: float) -> DispatchResult:
-        """Hold a new delivery back, without an attempt, due LANE_SPACING after
-        ``behind``: once a lane's record is held back, the rest of the lane
-        waits behind it, in batch order (a retry worker claims the earliest due
-        first). Fenced like the first attempt (token 0, untouched)."""
-        due = max(behind, self.clock()) + LANE_SPACING
-        if not self.repo.hold_behind(delivery_id, due):
-            return DispatchResult(delivery_id, "fenced")  # a retry worker took it meanwhile
-        self.queue.put(delivery_id, due_at=due, payload={"generation": 0})
-        report = AttemptReport(delivery_id, webhook_id, "deferred", "retrying", True, 0, None, due)
-        self.log.info("held back behind an earlier record of its lane",
-                      extra={"delivery_id": delivery_id, "webhook_id": webhook_id, "next_attempt_at": due})
-        return DispatchResult(delivery_id, "attempted", report)
+    def start_batch(self, requests: Sequence[DeliveryRequest], budget: Budget | None = None, *,
+                    lease_ends_by: float | None = None,
+                    admit: Collection[int] = ()) -> list[Started | DispatchResult | Exception]:
+        """Phase 1 of an SQS batch, one round trip each for all its records: the
+        deliveries' INSERT (which also says which subscriptions exist), their safety nets, and the
+        first attempts' start (counted, fenced at token 0). Per request, in
+        order: its Started delivery, a DispatchResult ("duplicate" is decided
+        per record later, by try_started), or the exception that record fails
+        with (UnknownWebhookError, DeadlineNearError, StoreUnavailableError
+        for each new delivery when the queue or its start fails). Raises
+        StoreUnavailableError when the domain database fails the lookup or
+        the INSERT. A delivery created before an outage is a duplicate when SQS
+        brings its record back, and re-arms its safety net. ``lease_ends_by``:
+        the batch's first safety net, for a record started after phase 1 (its
+        outcome is recorded with the batch's, so its request must end by then).
+        ``admit``: the indexes of the requests that start at once: their new
+        deliveries are admitted together (EndpointGate.admit_many) on a worker
+        thread while the safety nets and the starts are written, and each
+        Started keeps its admission (``admitted``) for try_started."""
+        if budget is not None and not self.has_time_for_attempt(budget):
+            near = DeadlineNearError(f"{budget.left():.1f} s left after the margin, an attempt needs up to "
+                                     f"{self.config.attempt_budget:g} s")
+            return [near] * len(requests)
+        made = self.repo.create_many(requests)  # one statement: the subscriptions known, the deliveries created
+        known, created = made.known_webhooks, made.delivery_ids
+        # The safety nets first: if this invocation dies from here on, a retry
+        # worker claims each delivery when its lease runs out.
+        window = AttemptWindow(min(self.clock() + self.config.attempt_lease, lease_ends_by or math.inf), budget)
+        first: dict[str, int] = {}  # a delivery listed twice is created by its first record
+        out: list[Started | DispatchResult | Exception] = []
+        for n, request in enumerate(requests):
+            delivery_id = delivery_id_for(request.webhook_id, request.event_id)
+            if request.webhook_id not in known:
+                out.append(UnknownWebhookError(f"unknown webhook_id {request.webhook_id!r}"))
+            elif delivery_id in created and first.setdefault(delivery_id, n) == n:
+                out.append(Started(delivery_id, window, 0.0))
+            else:
+                out.append(DispatchResult(delivery_id, DUPLICATE))
+        fresh = [start for start in out if isinstance(start, Started)]
+        admitting = self._admit_early([(start.delivery_id, requests[n].webhook_id) for n, start in enumerate(out)
+                                       if n in admit and isinstance(start, Started)], made.limits)
+        try:
+            self.queue.put_many([(s.delivery_id, window.lease_ends_at, {"generation": 0}) for s in fresh])
+            started_at = self.clock()
+            begun = self.repo.start_attempts([(s.delivery_id, 0, DISPATCH_TOKEN) for s in fresh],
+                                             self.policy.max_attempts)
+        except StoreUnavailableError as exc:
+            self.finish_returns(admitting.result().values() if admitting else ())
+            # Only the new deliveries fail: a duplicate or an unknown webhook needs no more.
+            return [exc if isinstance(start, Started) else start for start in out]
+        admitted = admitting.result() if admitting else {}
+        for start in fresh:
+            start.started_at, start.delivery = started_at, begun.get(start.delivery_id)
+            start.admitted = admitted.get(start.delivery_id)
+        return out
+
+    def _admit_early(self, wanted: Sequence[tuple[str, str]],
+                     limits: dict[str, tuple[int, float]]) -> Future[dict[str, Admission]] | None:
+        """_admissions on a worker thread. None without a gate or anything to admit.
+        A delivery admitted here and not sent after all (a tenant mismatch, a
+        fence) gives its admission back at the batch's end (finish_returns)."""
+        wanted = [(delivery_id, webhook_id) for delivery_id, webhook_id in wanted if webhook_id in limits]
+        if self.gate is None or not wanted:
+            return None
+        return in_background(lambda: self._admissions(wanted, limits))
+
+    def _admissions(self, wanted: Sequence[tuple[str, str]],
+                    limits: dict[str, tuple[int, float]]) -> dict[str, Admission]:
+        """Admissions of the ``(delivery_id, webhook_id)`` (whose subscriptions'
+        ``(max_in_flight, rate_per_second)`` are ``limits``), taken together:
+        one round trip per limit (EndpointGate.admit_many); by delivery id. On
+        an outage none: each request then meets it alone, as it would have."""
+        if self.gate is None or not wanted:
+            return {}
+        try:
+            admissions = self.gate.admit_many([(webhook_id, *limits[webhook_id]) for _, webhook_id in wanted])
+        except StoreUnavailableError:
+            return {}
+        return {delivery_id: admission for (delivery_id, _), admission in zip(wanted, admissions, strict=True)}
+
+    def admit_together(self, deliveries: Sequence[AttemptInput]) -> dict[str, Admission]:
+        """Admissions, by delivery id, for requests about to be made at once (the
+        first of a claimed batch): only for a delivery that would be sent. The
+        caller passes each to _try and gives the batch's to finish_returns."""
+        sendable = [d for d in deliveries if self._unsendable(d) is None]
+        return self._admissions([(d.id, d.subscription.id) for d in sendable],
+                                {d.subscription.id: (d.subscription.max_in_flight, d.subscription.rate_per_second)
+                                 for d in sendable})
+
+    def finish_returns(self, admissions: Iterable[Admission | None]) -> None:
+        """At a batch's end: give back the permits of admissions no request used
+        (released ones are skipped), and see every permit the batch's requests
+        gave back later through (EndpointGate.release)."""
+        if self.gate is not None:
+            for admission in admissions:
+                if admission is not None:
+                    self.gate.release(admission, later=True)
+            self.gate.returns.wait()
+
+    def try_started(self, start: Started | DispatchResult, behind: float | None = None,
+                    later: bool = False) -> Outcome | DispatchResult:
+        """Phase 2, one record (concurrently with the others): the request, or
+        the decision not to make it, with its admission if start_batch took
+        one. ``behind``: see dispatch; ``later``: its permit is given back on
+        the returns thread (the batch's end waits for it: finish_returns).
+        A duplicate's DispatchResult is decided here; so is a fenced one."""
+        if isinstance(start, DispatchResult):
+            return self._duplicate(start.delivery_id)
+        if start.delivery is None:
+            return DispatchResult(start.delivery_id, "fenced")  # a retry worker owns it (and the queue item)
+        if behind is not None:
+            # Once a lane's record is held back, the rest of the lane waits behind
+            # it, in batch order (a retry worker claims the earliest due first).
+            return Outcome("deferred", "retrying", None, HELD_BEHIND, max(behind, self.clock()) + LANE_SPACING)
+        return self._try(start.delivery, start.window, start.admitted, later)
+
+    def finish_batch(self, tried: Sequence[tuple[Started, Outcome]]) -> list[DispatchResult]:
+        """Phase 3: record every outcome (one statement for the ordinary ones),
+        then move the queue items: due again for a retrying delivery (one
+        put_many), removed for a finished one (one cancel_many; one read puts
+        back any re-queued since its outcome). A delivery whose outcome the
+        fence refused belongs to a retry worker that reclaimed it (we outlived
+        our lease): its queue item is that worker's, so it is left alone."""
+        reports = self._record_all([(s.delivery_id, 0, DISPATCH_TOKEN, s.delivery, outcome, s.started_at,
+                                     s.delivery.webhook_id if s.delivery else "") for s, outcome in tried])
+        recorded = [r for r in reports if r.recorded]
+        self.queue.put_many([(r.delivery_id, r.next_attempt_at, {"generation": 0})
+                             for r in recorded if r.status == "retrying"])
+        finished = [r.delivery_id for r in recorded if r.status != "retrying"]
+        if finished:
+            self.queue.cancel_many(finished)
+            # The removal is by id: a recover, redrive or enable that re-queued one
+            # of them since its outcome (a new generation) must keep its item.
+            self._requeue_released(finished)
+        return [DispatchResult(r.delivery_id, "attempted", r) for r in reports]
 
     def _duplicate(self, delivery_id: str) -> DispatchResult:
         created_at = self.repo.untouched_since(delivery_id)
@@ -251,94 +409,159 @@ class WebhookService:
 
     def _process_claims(self, claims: list[Claim], budget: Budget, report: RetryReport,
                         to_ack: list[Claim], released: list[str]) -> StoreUnavailableError | None:
-        """Process one claimed batch, max_in_flight claims at once, each counted in
-        its own report (merged into ``report``). Once a store is unavailable, the
-        claims not started yet are left to their leases; returns that outage."""
+        """Process one claimed batch in three phases, as the dispatcher does: the
+        fence stamps and the attempts' start for every claim (one statement
+        each), the requests concurrently (max_in_flight at once, every claim its
+        own lane: retries keep no order, docs/webhooks.md), then every outcome
+        (one statement for the ordinary ones). A claim whose request raises is
+        counted and left to its lease; the run goes on. Once a store is
+        unavailable, the claims not done are left to their leases (their
+        attempts, if started, were counted); returns that outage."""
+        try:
+            started = self._start_claims(claims, budget, report, to_ack, released)
+        except StoreUnavailableError as exc:
+            return exc
+        except Exception:  # noqa: BLE001 - the batch's leases bring its claims back; the run goes on
+            report.claims_failed += len(claims)
+            self.log.exception("claimed batch not started; its claims are retried when their leases end",
+                               extra={"claims": len(claims)})
+            return None
         outage: list[StoreUnavailableError] = []
+        # Every claim is its own lane: the first max_in_flight start at once.
+        admissions = self.admit_together([item.delivery for item in started[:self.config.max_in_flight]
+                                          if item.outcome is None and item.delivery is not None])
+        # An endpoint's last claim of the batch gives its permit back on the returns
+        # thread (beside phase 3); an earlier one at once, as a later claim may need the place.
+        last_of_endpoint = set({item.webhook_id: id(item) for item in started}.values())
 
-        def process(claim: Claim) -> RetryReport:
-            own = RetryReport()
-            if not outage:
-                try:
-                    self._process_claim(claim, budget, own, to_ack, released)
-                except StoreUnavailableError as exc:
-                    outage.append(exc)
-            return own
+        def attempt(item: ClaimAttempt) -> Outcome | None:
+            if item.outcome is not None:
+                return item.outcome  # decided without a request (out of attempts)
+            if outage or item.delivery is None:
+                return None
+            try:
+                return self._try(item.delivery, item.window, admissions.get(item.delivery.id),
+                                 later=id(item) in last_of_endpoint)
+            except StoreUnavailableError as exc:
+                outage.append(exc)
+                return None
 
-        # Every claim is its own lane: retries keep no order (docs/webhooks.md).
-        for done in run_in_lanes(claims, lambda claim: claim.item_id, process, self.config.max_in_flight):
-            report.add(done.result())
+        tried: list[tuple[ClaimAttempt, Outcome]] = []
+        try:
+            futures = run_in_lanes(started, lambda item: item.claim.item_id, attempt, self.config.max_in_flight)
+            for item, future in zip(started, futures, strict=True):
+                failure = future.exception()
+                if failure is not None:  # one bad claim must not cost the others
+                    report.claims_failed += 1
+                    self.log.error("claim failed; it is retried when its lease ends", exc_info=failure,
+                                   extra={"delivery_id": item.claim.item_id, "token": item.claim.token})
+                elif (outcome := future.result()) is not None:
+                    tried.append((item, outcome))
+            try:
+                self._finish_claims(tried, report, to_ack, released)
+            except StoreUnavailableError as exc:
+                outage.append(exc)
+        finally:
+            self.finish_returns(admissions.values())  # the permits' returns ran beside the outcomes' recording
         return outage[0] if outage else None
 
-    def _process_claim(self, claim: Claim, budget: Budget, report: RetryReport,
-                       to_ack: list[Claim], released: list[str]) -> None:
-        """One claim, isolated: a failure that belongs to this claim alone is logged
-        and counted, and the run goes on; its lease runs out and it is claimed
-        again (the attempt, if it started, was counted). A store that cannot be
-        reached (StoreUnavailableError) ends the run: the next claims would fail too."""
-        if not self.has_time_for_attempt(budget) or \
-                claim.lease_expires_at - self.clock() <= self.config.attempt_budget:
+    def _start_claims(self, claims: list[Claim], budget: Budget, report: RetryReport, to_ack: list[Claim],
+                      released: list[str]) -> list[ClaimAttempt]:
+        """Phase 1 of a claimed batch: hand back the claims too late to finish
+        inside the deadline or their lease, stamp the others' fences, and start
+        (count) their attempts. The claims that may go on, in order."""
+        now = self.clock()
+        ready: list[tuple[Claim, AttemptWindow]] = []
+        for claim in claims:
+            window = AttemptWindow(claim.lease_expires_at, budget)
+            if window.fits(now, self.config.attempt_budget):
+                ready.append((claim, window))
             # Too late to finish inside the deadline or the lease: hand it
             # back now instead of leaving it locked until the lease ends.
-            if self.queue.retry(claim, due_at=self.clock()):
+            elif self.queue.retry(claim, due_at=now):
                 report.handed_back += 1
             else:
                 report.claims_contended += 1
-            return
-        try:
-            retry_at = self._handle_claim(claim, report, to_ack, released)
-            if retry_at is not None and not self.queue.retry(claim, due_at=retry_at):
-                report.claims_contended += 1
-        except StoreUnavailableError:
-            raise
-        except Exception:  # noqa: BLE001 - one bad claim must not cost the others
-            report.claims_failed += 1
-            self.log.exception("claim failed; it is retried when its lease ends",
-                               extra={"delivery_id": claim.item_id, "token": claim.token})
-
-    def _handle_claim(self, claim: Claim, report: RetryReport, to_ack: list[Claim],
-                      released: list[str]) -> float | None:
-        """Attempt one claimed delivery; returns the next due time, or None (acked
-        or skipped). ``released`` gets the deliveries whose ack may remove the
-        queue item an enable meant for their release (see _requeue_released)."""
-        generation = _generation_of(claim)
-        context = {"delivery_id": claim.item_id, "token": claim.token, "generation": generation}
-        previous = self.repo.stamp_fence(claim.item_id, generation, claim.token)
-        if previous is None:
-            state = self.repo.state(claim.item_id)
-            if state is None or state["generation"] > generation or state["status"] in OFF_QUEUE:
-                report.finished_elsewhere += 1
-                to_ack.append(claim)  # nothing left to do for this queue item
-                if state is not None and state["generation"] > generation:
-                    released.append(claim.item_id)
+        previous = self.repo.stamp_fences([(c.item_id, _generation_of(c), c.token) for c, _ in ready])
+        stamped: list[tuple[Claim, AttemptWindow]] = []
+        for claim, window in ready:
+            was = previous.get(claim.item_id)
+            if was is None:
+                self._not_stamped(claim, report, to_ack, released)
+                continue
+            if was in ("pending", "attempting"):
+                report.leases_reclaimed += 1
+                self.log.info("lease reclaimed: the previous holder never recorded an outcome",
+                              extra=_claim_context(claim))
+            stamped.append((claim, window))
+        started_at = self.clock()
+        begun = self.repo.start_attempts([(c.item_id, _generation_of(c), c.token) for c, _ in stamped],
+                                         self.policy.max_attempts)
+        started = []
+        for claim, window in stamped:
+            delivery = begun.get(claim.item_id)
+            if delivery is not None:
+                started.append(ClaimAttempt(claim, window, started_at, delivery, delivery.webhook_id))
+            elif (exhausted := self._exhausted(claim)) is not None:
+                started.append(ClaimAttempt(claim, window, started_at, None, *exhausted))
             else:
-                report.fenced_writes_refused += 1
-                self.log.warning("claim fenced off: a newer holder stamped the delivery",
-                                 extra={**context, "fence_token": state["fence_token"]})
+                report.fenced_writes_refused += 1  # a newer holder stamped between our stamp and our start
+        return started
+
+    def _not_stamped(self, claim: Claim, report: RetryReport, to_ack: list[Claim], released: list[str]) -> None:
+        """The fence refused a claim's stamp: finished (or redriven) elsewhere,
+        then its queue item has nothing left to do; else a newer holder has it."""
+        generation = _generation_of(claim)
+        state = self.repo.state(claim.item_id)
+        if state is None or state["generation"] > generation or state["status"] in OFF_QUEUE:
+            report.finished_elsewhere += 1
+            to_ack.append(claim)  # nothing left to do for this queue item
+            if state is not None and state["generation"] > generation:
+                released.append(claim.item_id)
+        else:
+            report.fenced_writes_refused += 1
+            self.log.warning("claim fenced off: a newer holder stamped the delivery",
+                             extra={**_claim_context(claim), "fence_token": state["fence_token"]})
+
+    def _exhausted(self, claim: Claim) -> tuple[str, Outcome] | None:
+        """start_attempts refused a stamped claim: if every allowed attempt has
+        started (and this holder still owns the delivery), its webhook and the
+        outcome that records it dead, without a request; else None (fenced)."""
+        state = self.repo.state(claim.item_id)
+        if state is None or not self._out_of_attempts(state, _generation_of(claim), claim.token):
             return None
-        if previous in ("pending", "attempting"):
-            report.leases_reclaimed += 1
-            self.log.info("lease reclaimed: the previous holder never recorded an outcome", extra=context)
-        attempt = self._attempt(claim.item_id, generation, claim.token)
-        if attempt is None:
-            report.fenced_writes_refused += 1  # a newer holder stamped between our stamp and our start
-            return None
-        report.count(attempt)
-        if not attempt.recorded:
-            return None
-        if attempt.status == "retrying":
-            return attempt.next_attempt_at
-        to_ack.append(claim)
-        if attempt.status == "held":
-            released.append(claim.item_id)
-        return None
+        return str(state["webhook_id"]), Outcome("failed", "dead", None, (
+            f"no outcome was recorded for the last of {self.policy.max_attempts} attempts (the worker "
+            "died, timed out or could not read the response); not retried"), None)
+
+    def _finish_claims(self, tried: list[tuple[ClaimAttempt, Outcome]], report: RetryReport,
+                       to_ack: list[Claim], released: list[str]) -> None:
+        """Phase 3 of a claimed batch: record every outcome, then put the
+        retrying ones back for their next time; the others are acked by the
+        caller (ack_many). ``released`` gets the deliveries whose ack may remove
+        the queue item an enable meant for their release (see _requeue_released)."""
+        reports = self._record_all([(item.claim.item_id, _generation_of(item.claim), item.claim.token,
+                                     item.delivery, outcome, item.started_at, item.webhook_id)
+                                    for item, outcome in tried])
+        for (item, _), attempt in zip(tried, reports, strict=True):
+            report.count(attempt)
+            if not attempt.recorded:
+                continue
+            if attempt.status == "retrying":
+                due = attempt.next_attempt_at if attempt.next_attempt_at is not None else self.clock()
+                if not self.queue.retry(item.claim, due_at=due):
+                    report.claims_contended += 1
+                continue
+            to_ack.append(item.claim)
+            if attempt.status == "held":
+                released.append(item.claim.item_id)
 
     def _requeue_released(self, delivery_ids: list[str]) -> None:
-        """After removing the queue items of ``delivery_ids``: queue those an
-        enable released meanwhile. Its put_if_absent found the item this worker
-        was about to remove (a hold recorded, or an older generation's item) and
-        left it; once it is removed the release would have no queue item. Put
-        if absent too: an item the enable (or anyone) put since is left alone."""
+        """After removing the queue items of ``delivery_ids``: queue those made
+        ``retrying`` again meanwhile (an enable's release, a recover, a
+        redrive). Their item was the one this worker was about to remove (a
+        hold recorded, or an older generation's item), so once it is removed
+        they would have none. Put if absent: an item put since is left alone."""
         rows = self.repo.retrying(delivery_ids)
         if rows:
             now = self.clock()
@@ -346,49 +569,48 @@ class WebhookService:
                                       for delivery_id, generation in rows])
 
     # -- one attempt ------------------------------------------------------------
-    def _attempt(self, delivery_id: str, generation: int, token: int) -> AttemptReport | None:
-        """Start (count), make and record one attempt. None: fenced off before it
-        started, nothing was sent. A delivery that has started every attempt its
-        schedule allows is recorded dead here, without a request."""
-        started = self.clock()
-        delivery = self.repo.start_attempt(delivery_id, generation, token, self.policy.max_attempts)
-        gone_url = None
-        if delivery is None:
-            state = self.repo.state(delivery_id)
-            if state is None or not self._out_of_attempts(state, generation, token):
-                return None
-            webhook_id = str(state["webhook_id"])
-            outcome = Outcome("failed", "dead", None, (
-                f"no outcome was recorded for the last of {self.policy.max_attempts} attempts (the worker "
-                "died, timed out or could not read the response); not retried"), None)
-        else:
-            webhook_id = delivery.webhook_id
-            outcome = self._try(delivery)
-            gone_url = delivery.subscription.url if outcome.outcome == "gone" else None
-        if outcome.outcome == "deferred":
-            recorded = self.repo.defer(delivery_id, generation, token, outcome.next_attempt_at or self.clock(),
-                                       DEFER_RETENTION)
-        elif outcome.status == "held":
-            # Decided again under the subscription's lock: a 410 only disables the
-            # URL that answered it, and an enable meanwhile means retry now.
-            recorded = self.repo.record_held(delivery_id, generation, token, webhook_id, outcome, started,
-                                             gone_url, GONE_REASON)
-        else:
-            recorded = self.repo.record(delivery_id, generation, token, outcome, started)
+    # -- recording ----------------------------------------------------------
+    def _record_all(self, items: Sequence[tuple[str, int, int, AttemptInput | None, Outcome, float, str]]
+                    ) -> list[AttemptReport]:
+        """Record each ``(delivery_id, generation, token, delivery, outcome,
+        started_at, webhook_id)`` (distinct ids), fenced on its own: the
+        ordinary outcomes in one statement, a deferral or a hold each in its
+        own (they are decided under locks of their own). Reports in order."""
+        plain = [(i, g, t, o, started) for i, g, t, _, o, started, _ in items
+                 if o.outcome != "deferred" and o.status != "held"]
+        recorded = self.repo.record_many(plain)
+        reports = []
+        for delivery_id, generation, token, delivery, outcome, started, webhook_id in items:
+            if outcome.outcome == "deferred":
+                recorded[delivery_id] = self.repo.defer(delivery_id, generation, token,
+                                                        outcome.next_attempt_at or self.clock(), DEFER_RETENTION)
+            elif outcome.status == "held":
+                # Decided again under the subscription's lock: a 410 only disables the
+                # URL that answered it, and an enable meanwhile means retry now.
+                gone_url = delivery.subscription.url if delivery is not None and outcome.outcome == "gone" else None
+                recorded[delivery_id] = self.repo.record_held(delivery_id, generation, token, webhook_id, outcome,
+                                                              started, gone_url, GONE_REASON)
+            reports.append(self._report(delivery_id, generation, token, delivery, outcome, webhook_id,
+                                        recorded[delivery_id]))
+        return reports
+
+    def _report(self, delivery_id: str, generation: int, token: int, delivery: AttemptInput | None,
+                outcome: Outcome, webhook_id: str, recorded: Recorded) -> AttemptReport:
         auto_disabled = False
         if recorded.recorded and delivery is not None:
             auto_disabled = self._note_health(delivery, generation, outcome, recorded)
         report = AttemptReport(
             delivery_id, webhook_id, outcome.outcome, recorded.status, recorded.recorded,
             recorded.attempt, outcome.response_code, recorded.next_attempt_at, auto_disabled)
-        self.log.log(
-            logging.INFO if recorded.recorded else logging.WARNING,
-            "attempt recorded" if recorded.recorded else "attempt outcome refused by the fence",
-            extra={"delivery_id": delivery_id, "webhook_id": webhook_id, "token": token,
-                   "generation": generation, "attempt": recorded.attempt, "outcome": outcome.outcome,
-                   "status": recorded.status, "response_code": outcome.response_code,
-                   "error": outcome.error},
-        )
+        if self.log.isEnabledFor(logging.INFO if recorded.recorded else logging.WARNING):
+            self.log.log(
+                logging.INFO if recorded.recorded else logging.WARNING,
+                "attempt recorded" if recorded.recorded else "attempt outcome refused by the fence",
+                extra={"delivery_id": delivery_id, "webhook_id": webhook_id, "token": token,
+                       "generation": generation, "attempt": recorded.attempt, "outcome": outcome.outcome,
+                       "status": recorded.status, "response_code": outcome.response_code,
+                       "error": outcome.error},
+            )
         return report
 
     def _note_health(self, delivery: AttemptInput, generation: int, outcome: Outcome, recorded: Recorded) -> bool:
@@ -417,14 +639,14 @@ class WebhookService:
             return False
 
     def _out_of_attempts(self, state: dict[str, Any], generation: int, token: int) -> bool:
-        """start_attempt refused: is it because every allowed attempt has started
+        """start_attempts refused: is it because every allowed attempt has started
         (and this holder still owns the delivery), rather than a newer holder?"""
         return (state["generation"] == generation and state["fence_token"] == token
                 and state["status"] in ("pending", "attempting")
                 and state["attempts"] >= self.policy.max_attempts)
 
-    def _try(self, delivery: AttemptInput) -> Outcome:
-        """Make the request (or decide not to) and say what it means."""
+    def _unsendable(self, delivery: AttemptInput) -> Outcome | None:
+        """The outcome of a delivery that is not to be sent at all, else None."""
         subscription = delivery.subscription
         if subscription.deleted:
             return Outcome("dropped", "dropped", None, "subscription deleted", None)
@@ -438,9 +660,28 @@ class WebhookService:
         if not subscription.enabled:
             # Kept, not attempted: enabling the subscription delivers it (no event is lost).
             return Outcome("disabled", "held", None, HELD_ERROR, None)
-        deadline = Budget.after(self.config.attempt_budget)  # one for the DNS lookup and the whole request
+        return None
+
+    def _try(self, delivery: AttemptInput, window: AttemptWindow, admitted: Admission | None = None,
+             later: bool = False) -> Outcome:
+        """Make the request (or decide not to) and say what it means.
+        ``admitted``: an admission taken before (admit_together); given back
+        here whatever happens (``later``: on the returns thread)."""
         try:
-            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver, deadline)
+            return self._try_admitted(delivery, window, admitted, later)
+        finally:
+            if admitted is not None and self.gate is not None:
+                self.gate.release(admitted, later)
+
+    def _try_admitted(self, delivery: AttemptInput, window: AttemptWindow, admitted: Admission | None,
+                      later: bool) -> Outcome:
+        unsendable = self._unsendable(delivery)
+        if unsendable is not None:
+            return unsendable
+        subscription = delivery.subscription
+        try:
+            target = check_target(subscription.url, self.config.allow_http_hosts, self.resolver,
+                                  Budget.after(self.config.attempt_budget))
         except UnsafeTargetError as exc:
             return Outcome("refused", "dead", None, f"refused by the SSRF guard: {exc}", None)
         except UnresolvableHostError as exc:
@@ -448,9 +689,19 @@ class WebhookService:
         except UnencodableURLError as exc:
             # A URL stored before add/update encoded URLs: a failed attempt with its reason.
             return self._failure(SendResult(None, f"URL cannot be sent: {exc}"), delivery.attempt)
-        with self._admitted(subscription) as admission:
-            if admission:
-                result = self._send(delivery, target, deadline)
+        in_window = False
+        with self._admitted(subscription, admitted, later) as admission:
+            # The request's deadline starts now, so it must still end inside the
+            # window: else leaving (releasing the admission) sends nothing.
+            in_window = bool(admission) and window.fits(self.clock(), self.config.attempt_budget)
+            if in_window:
+                result = self._send(delivery, target, Budget.after(self.config.attempt_budget))
+        if admission and not in_window:
+            # Not due at once: a retry run would claim it again in its next batch.
+            # (Without a gate, a slow DNS lookup can have used the window up.)
+            delay = self.gate.in_flight_delay(delivery.deferrals) if self.gate else HELD_BACK_DELAY[1]
+            due = self.clock() + delay
+            return Outcome("deferred", "retrying", None, ADMITTED_LATE, due)
         if not admission:
             assert self.gate is not None
             due = self.gate.held_back_until(subscription.id, admission, subscription.rate_per_second,
@@ -472,13 +723,16 @@ class WebhookService:
         return self.sender.post(target, body, headers, deadline)
 
     @contextmanager
-    def _admitted(self, subscription: Subscription) -> Iterator[Admission]:
+    def _admitted(self, subscription: Subscription, admitted: Admission | None,
+                  later: bool) -> Iterator[Admission]:
         """Whether the endpoint's limits let this request go now (holding its
-        in-flight slot while it runs); always, without a gate."""
+        in-flight permit while it runs): ``admitted`` if taken before, else
+        asked now; always, without a gate."""
         if self.gate is None:
             yield Admission(True)
             return
-        with self.gate.admit(subscription.id, subscription.max_in_flight, subscription.rate_per_second) as ok:
+        with self.gate.admit(subscription.id, subscription.max_in_flight, subscription.rate_per_second,
+                             admitted, later) as ok:
             yield ok
 
     def _failure(self, result: SendResult, attempts_made: int) -> Outcome:
@@ -491,6 +745,10 @@ class WebhookService:
 
 
 COUNTED = tuple(f.name for f in fields(RetryReport) if f.type == "int")
+
+
+def _claim_context(claim: Claim) -> dict[str, Any]:
+    return {"delivery_id": claim.item_id, "token": claim.token, "generation": _generation_of(claim)}
 
 
 def _generation_of(claim: Claim) -> int:

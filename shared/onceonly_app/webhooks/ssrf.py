@@ -115,7 +115,9 @@ def check_target(url: str, allow_http_hosts: Collection[str] = (),
     port = port or (443 if scheme == "https" else 80)
     resolve = resolver or socket.getaddrinfo
     try:
-        if deadline is None:
+        if deadline is None or _is_address(host):
+            # An address literal needs no lookup: getaddrinfo parses it at once,
+            # so it needs no thread to be cut short by the deadline.
             infos = resolve(host, port, type=socket.SOCK_STREAM)
         else:
             infos = resolve_within(resolve, host, port, deadline)
@@ -136,6 +138,14 @@ def check_target(url: str, allow_http_hosts: Collection[str] = (),
     if parts.query:
         path += "?" + parts.query
     return Target(scheme=scheme, host=host, port=port, address=str(addresses[0]), path=path)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 class UnresolvableHostError(OSError):

@@ -20,12 +20,19 @@ UPDATE webhook_subscriptions
 -- name: expire_held --
 -- In: webhook_id, retention (seconds). Out: the held deliveries whose event is
 -- older than the retention, now expired: they are not sent.
-UPDATE webhook_deliveries
+-- Rows locked in id order, like every statement that locks several deliveries: none deadlock.
+WITH locked AS (
+    SELECT id FROM webhook_deliveries
+     WHERE webhook_id = %(webhook_id)s AND status = 'held'
+       AND coalesce(occurred_at, created_at) < now() - make_interval(secs => %(retention)s::float8)
+     ORDER BY id FOR NO KEY UPDATE
+)
+UPDATE webhook_deliveries d
    SET status = 'expired', next_attempt_at = NULL, updated_at = now(),
        last_error = format('held longer than the retention of %%s s: not sent', %(retention)s::float8)
- WHERE webhook_id = %(webhook_id)s AND status = 'held'
-   AND coalesce(occurred_at, created_at) < now() - make_interval(secs => %(retention)s::float8)
-RETURNING id;
+  FROM locked
+ WHERE d.id = locked.id AND d.status = 'held'
+RETURNING d.id;
 
 -- name: release_held --
 -- In: webhook_id. Out: the held deliveries, released: 'retrying' and due now,
@@ -33,11 +40,17 @@ RETURNING id;
 -- redrive does: claims from before are fenced off by the generation). Runs
 -- after lock_subscription in the same transaction, so it sees every hold that
 -- committed before the lock, and a hold waiting for the lock sees the enable.
-UPDATE webhook_deliveries
-   SET status = 'retrying', generation = generation + 1, fence_token = 0, attempts = 0,
+-- Rows locked in id order, like every statement that locks several deliveries: none deadlock.
+WITH locked AS (
+    SELECT id FROM webhook_deliveries WHERE webhook_id = %(webhook_id)s AND status = 'held'
+     ORDER BY id FOR NO KEY UPDATE
+)
+UPDATE webhook_deliveries d
+   SET status = 'retrying', generation = d.generation + 1, fence_token = 0, attempts = 0,
        next_attempt_at = now(), updated_at = now()
- WHERE webhook_id = %(webhook_id)s AND status = 'held'
-RETURNING id;
+  FROM locked
+ WHERE d.id = locked.id AND d.status = 'held'
+RETURNING d.id;
 
 -- name: due_retrying --
 -- In: webhook_id. Out: its deliveries waiting for a retry that is due and that
@@ -59,10 +72,17 @@ SELECT id, generation FROM webhook_deliveries
 -- finished: queued, held or in flight, now 'dropped' (a late outcome of a
 -- request in flight is refused by the fence and logged with recorded = false;
 -- a queue item left for one is acked by the worker that claims it).
-UPDATE webhook_deliveries
+-- Rows locked in id order, like every statement that locks several deliveries: none deadlock.
+WITH locked AS (
+    SELECT id FROM webhook_deliveries
+     WHERE webhook_id = %(webhook_id)s AND status IN ('pending', 'attempting', 'retrying', 'held')
+     ORDER BY id FOR NO KEY UPDATE
+)
+UPDATE webhook_deliveries d
    SET status = 'dropped', next_attempt_at = NULL, last_error = 'subscription deleted', updated_at = now()
- WHERE webhook_id = %(webhook_id)s AND status IN ('pending', 'attempting', 'retrying', 'held')
-RETURNING id;
+  FROM locked
+ WHERE d.id = locked.id AND d.status IN ('pending', 'attempting', 'retrying', 'held')
+RETURNING d.id;
 
 -- name: mark_deleted --
 -- In: webhook_id. A deleted subscription is disabled too, and keeps its row

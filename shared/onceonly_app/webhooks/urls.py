@@ -11,6 +11,7 @@ the reason (never a crash)."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
@@ -28,6 +29,7 @@ class UnencodableURLError(ValueError):
     internationalised domain name or IP literal. The message says why in one line."""
 
 
+@functools.lru_cache(maxsize=4096)  # the guard encodes a subscription's URL at every attempt
 def encoded_url(url: str) -> str:
     """``url`` with its host IDNA-encoded and lower case, and its path, query and
     fragment percent-encoded. A URL that does not parse is returned unchanged

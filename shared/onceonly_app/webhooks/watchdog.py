@@ -12,8 +12,12 @@ so it finishes in a daemon thread whose answer is dropped)."""
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
+import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,16 +29,16 @@ class SocketWatchdog:
 
     ``stop()`` must be called before the sockets are closed: the lock makes the
     shutdown and the stop exclusive, so the watchdog never touches a file
-    descriptor that was closed (and maybe reused) after the attempt ended."""
+    descriptor that was closed (and maybe reused) after the attempt ended.
+    One thread per process watches every deadline (_DeadlineWatcher), not a
+    timer thread per request."""
 
     def __init__(self, deadline: Budget) -> None:
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
-        self._stopped = False
+        self.stopped = False
         self.fired = False
-        self._timer = threading.Timer(deadline.remaining(), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        _WATCHER.watch(time.monotonic() + deadline.remaining(), self)
 
     def watch(self, sock: socket.socket) -> None:
         with self._lock:
@@ -42,9 +46,9 @@ class SocketWatchdog:
             if self.fired:
                 _shutdown(sock)
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
         with self._lock:
-            if self._stopped:
+            if self.stopped:
                 return
             self.fired = True
             for sock in self._sockets:
@@ -52,14 +56,54 @@ class SocketWatchdog:
 
     def stop(self) -> None:
         with self._lock:
-            self._stopped = True
-        self._timer.cancel()
+            self.stopped = True
+            self._sockets.clear()
 
     def __enter__(self) -> SocketWatchdog:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _DeadlineWatcher:
+    """One daemon thread that fires each watchdog when its deadline passes. A
+    stopped watchdog stays in the heap until its deadline, then is dropped
+    unfired. Started on first use, and again in a forked child (which has
+    no copy of the thread)."""
+
+    def __init__(self) -> None:
+        self._pid = -1
+
+    def watch(self, at: float, watchdog: SocketWatchdog) -> None:
+        if self._pid != os.getpid():
+            self._start()
+        with self._wake:
+            heapq.heappush(self._due, (at, next(self._order), watchdog))
+            if self._due[0][2] is watchdog:
+                self._wake.notify()  # an earlier deadline than the one waited for
+
+    def _start(self) -> None:
+        with _START_LOCK:
+            if self._pid == os.getpid():
+                return
+            self._wake = threading.Condition()
+            self._due: list[tuple[float, int, SocketWatchdog]] = []
+            self._order = itertools.count()
+            threading.Thread(target=self._run, name="socket-watchdog", daemon=True).start()
+            self._pid = os.getpid()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._wake.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                _, _, watchdog = heapq.heappop(self._due)
+            watchdog.fire()  # outside the heap's lock: a shutdown may take a moment
+
+
+_START_LOCK = threading.Lock()
+_WATCHER = _DeadlineWatcher()
 
 
 def _shutdown(sock: socket.socket) -> None:

@@ -12,6 +12,10 @@ INDEX_NAME = "due"
 TTL_ATTRIBUTE = "expire_at"  # template.yaml's TimeToLiveSpecification names the same
 LEASE_PREFIX = "lease#"
 QUEUE_PREFIX = "q#"
+SEMAPHORE_PREFIX = "sem#"
+# A semaphore item holds each holder as an attribute of its own, named by this
+# prefix + the holder id, valued by its expiry (epoch seconds).
+HOLDER_PREFIX = "h_"
 
 # -- lease expressions -------------------------------------------------------
 # acquire: grant the name if it was never granted or its time ran out (expired,
@@ -35,6 +39,35 @@ COMPLETE_LEASE = "SET #busy_until = :until, #completed = :true"
 # complete(expire=True): the same, plus the TTL attribute at the end of keep
 # (rounded up: DynamoDB TTL takes whole epoch seconds).
 COMPLETE_EXPIRING_LEASE = "SET #busy_until = :until, #completed = :true, #expire_at = :expire_at"
+
+# -- counting semaphore expressions ---------------------------------------------
+# One item ``sem#NAME`` per semaphore: n = how many holder attributes it has
+# (live or ended), changed in the same write as every add and removal.
+# take_permit: add a holder if fewer than limit holder attributes are there.
+# Closes the count-then-add race: the count is checked and raised in one
+# conditional write. It counts ended holders too; only when that leaves no
+# room does take_permit look at the item (the one the failed write returns, or
+# a read) and evict the ended ones (below).
+# The holder must be new: botocore's retry of an add that was applied but not
+# answered would otherwise count the one holder twice, and n would never come
+# back down (a place lost for good); refused, it says "unknown" instead
+# (table.send_conditional) and the holder's place frees when its ttl ends.
+SEMAPHORE_HAS_ROOM = "(attribute_not_exists(#pk) OR #n < :limit) AND attribute_not_exists(#holder)"
+ADD_HOLDER = "SET #holder = :until, #n = if_not_exists(#n, :zero) + :one"
+# The eviction: the ended holders read are removed (and this one added, when
+# that makes room) only if every one of them is still there: a concurrent
+# evictor or return already took it out of n otherwise. Their expiries never
+# change, so "still there" is "still ended". Built per call from these parts
+# (evicted_condition / evict_update), for at most MAX_EVICT holders.
+HOLDER_IS_THERE = "attribute_exists({alias})"
+ROOM_AFTER_EVICTION = "#n < :room AND attribute_not_exists(#holder)"
+# return_permit: only this holder's own attribute is removed, so a repeated or
+# stale return frees no other place.
+REMOVE_HOLDER = "REMOVE #holder SET #n = #n - :one"
+HOLDER_EXISTS = "attribute_exists(#holder)"
+# Holder attributes removed per eviction write: keeps its expressions far
+# below DynamoDB's 4 KB expression limit.
+MAX_EVICT = 50
 
 # -- queue expressions -------------------------------------------------------
 # put: unconditional upsert. Removing the owner takes an in-flight item from its
@@ -92,6 +125,26 @@ FALSE, TRUE = {"BOOL": False}, {"BOOL": True}
 
 def lease_key(name: str) -> dict[str, dict[str, str]]:
     return {"pk": string(LEASE_PREFIX + name)}
+
+
+def semaphore_key(name: str) -> dict[str, dict[str, str]]:
+    return {"pk": string(SEMAPHORE_PREFIX + name)}
+
+
+def holder_attribute(holder: str) -> str:
+    return HOLDER_PREFIX + holder
+
+
+def evicted_condition(aliases: list[str], *, room: bool) -> str:
+    """Every evicted holder is still there (and, ``room``, the count leaves room)."""
+    parts = [HOLDER_IS_THERE.format(alias=alias) for alias in aliases]
+    return " AND ".join([*parts, ROOM_AFTER_EVICTION] if room else parts)
+
+
+def evict_update(aliases: list[str], *, add: bool) -> str:
+    """Remove the evicted holders and move n by :delta (and add #holder)."""
+    sets = "SET #n = #n + :delta" + (", #holder = :until" if add else "")
+    return f"REMOVE {', '.join(aliases)} {sets}"
 
 
 def item_key(queue: str, item_id: str) -> dict[str, dict[str, str]]:

@@ -131,6 +131,11 @@ class DynamoDBQueue:
             },
         }
 
+    def cancel_many(self, item_ids: Sequence[str]) -> list[bool]:
+        """One DeleteItem each: BatchWriteItem would not say which items were there."""
+        ids = [common.check_name(item_id, "item_id") for item_id in item_ids]
+        return [self.cancel(item_id) for item_id in ids]
+
     def cancel(self, item_id: str) -> bool:
         key = self._key(common.check_name(item_id, "item_id"))
         response = self._table.call(self._table.start("cancel"), "delete_item", Key=key, ReturnValues="ALL_OLD")

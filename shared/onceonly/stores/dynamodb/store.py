@@ -1,5 +1,6 @@
 """DynamoDBStore: built from a URL or around your own client; leases come from
-leases.py, queues from queue.py, requests go through table.py."""
+leases.py, counting semaphores from semaphores.py, queues from queue.py,
+requests go through table.py."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, dynamodb_budget, timeout
 from . import setup_table
 from .leases import Leases
 from .queue import DynamoDBQueue
+from .semaphores import Semaphores
 from .table import MAX_CONCURRENT_WRITES, Table
 
 DEFAULT_SHARDS = 8
@@ -82,7 +84,7 @@ def _client_config(timeout: float) -> Config:
     )
 
 
-class DynamoDBStore(Leases):
+class DynamoDBStore(Leases, Semaphores):
     """Leases and queues on one DynamoDB table. Pass your own boto3 DynamoDB
     client (built once per warm container) or build one with :meth:`from_url`.
     Raises StoreNotReadyError when the table is missing, StoreUnavailableError

@@ -129,6 +129,15 @@ class Table:
         condition failed (contention or a stale holder: a normal result)."""
         return self._one(deadline, partial(self.send_conditional, deadline, operation, kwargs))
 
+    def conditional_or_old(self, deadline: Deadline, operation: str, **kwargs: Any
+                           ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """:meth:`conditional`, asking for the item as it was when the
+        condition failed (``ReturnValuesOnConditionCheckFailure=ALL_OLD``): its
+        response and None when applied; None and that item when the condition
+        failed, or None and None where the server sends no item (dynalite)."""
+        return self._one(deadline, partial(self._send_conditional_or_old, deadline, operation,
+                                           {**kwargs, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}))
+
     def transact(self, deadline: Deadline, writes: list[dict[str, Any]]) -> Literal[True] | list[str] | None:
         """One TransactWriteItems: True when applied; when cancelled (all or
         nothing: none was applied), the cancellation reason code of each write;
@@ -171,8 +180,14 @@ class Table:
 
     def send_conditional(self, deadline: Deadline, operation: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """:meth:`send` of a conditional write: None when its condition failed."""
+        return self._send_conditional_or_old(deadline, operation, kwargs)[0]
+
+    def _send_conditional_or_old(self, deadline: Deadline, operation: str, kwargs: dict[str, Any]
+                                 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """:meth:`send` of a conditional write: (its response, None), or (None,
+        the item the failed condition saw, if the server sent it)."""
         try:
-            return self.send(deadline, operation, kwargs)
+            return self.send(deadline, operation, kwargs), None
         except OnceOnlyError as error:
             exc = error.__cause__
             if not isinstance(exc, ClientError) or error_code(exc) != "ConditionalCheckFailedException":
@@ -186,7 +201,8 @@ class Table:
                     f"DynamoDB {deadline.what} on table {self.name!r}: the condition failed on a retry, so an"
                     " earlier attempt may have been applied; what it granted expires with its ttl/lease"
                 ) from exc
-            return None
+            seen: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+            return None, seen
 
     def _send_transaction(self, deadline: Deadline, writes: list[dict[str, Any]]) -> Literal[True] | list[str] | None:
         try:
