@@ -20,13 +20,18 @@ def drain_through_changes(
     n: int, barrier: Any, path: Path, url: str, queue: str, lease: float, seconds: float, done: str,
 ) -> None:
     """A worker loop (``claim(acks=…)``, batches of 5) until the queue is empty
-    once the file ``done`` exists (or ``seconds`` after the start line)."""
+    once the file ``done`` exists (or ``seconds`` after the start line).
+    Workers 0 and 1 each keep one claim of their first batch back and ack it
+    only at the end, when the queue is empty: by then its lease ran out and
+    another grant was acked, so every run has a stale ack to refuse, whatever
+    the change's outage did to the random stalls' acks."""
     history = History(path)
     store = _start(barrier, url)
     deadline = time.time() + seconds
     q = store.queue(queue)
     rng = random.Random(n)
     pending: list[onceonly.Claim] = []
+    kept_back: list[onceonly.Claim] = []
     while time.time() < deadline:
         try:
             claims = q.claim(limit=5, lease=lease, acks=pending)
@@ -44,6 +49,8 @@ def drain_through_changes(
         for claim in claims:
             history.write(event="claim", worker=n, item=claim.item_id, token=claim.token,
                           granted_at=claim.lease_expires_at - lease, expires=claim.lease_expires_at)
+        if n < 2 and pending and not kept_back:
+            kept_back.append(pending.pop())
         if not claims:
             try:
                 if q.depth().total == 0 and Path(done).exists():
@@ -53,12 +60,13 @@ def drain_through_changes(
             time.sleep(0.05)
         elif rng.random() < 0.1:
             time.sleep(lease * 1.5)  # a stall: the lease runs out, another worker reclaims, this ack is stale
-    try:
-        for claim, ok in zip(pending, q.ack_many(pending), strict=True):
-            history.write(event="ack", worker=n, item=claim.item_id, token=claim.token, ok=ok)
-    except onceonly.StoreUnavailableError:
-        for claim in pending:
-            history.write(event="ack_unknown", worker=n, item=claim.item_id, token=claim.token)
+    for last in (pending, kept_back):
+        try:
+            for claim, ok in zip(last, q.ack_many(last), strict=True):
+                history.write(event="ack", worker=n, item=claim.item_id, token=claim.token, ok=ok)
+        except onceonly.StoreUnavailableError:
+            for claim in last:
+                history.write(event="ack_unknown", worker=n, item=claim.item_id, token=claim.token)
     store.close()
     history.close()
 

@@ -3,8 +3,11 @@ or a lookup by id. Plans are checked, not timings: the statements run under
 EXPLAIN ANALYZE (rolled back) and the rows their scans of the queue table read
 are counted, with statistics that do not know the queue yet (it grew since the
 last ANALYZE, the case where a planner guesses "one row" and may walk the
-whole queue), with both the custom plans of the first executions and the
-generic plan psycopg's prepared statements switch to."""
+whole queue, or takes a bitmap scan that reads every due item to sort them),
+with both the custom plans of the first executions and the generic plan
+psycopg's prepared statements switch to. The statements run under the
+planner settings the store sends before them (PLAN_SETTINGS); one test
+checks, through the store's own claim, that it does send them."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly.stores.postgres import SQL
+from onceonly.stores.postgres import PLAN_SETTINGS, SQL
 from tests.support.scratch import scratch_database
 
 BACKLOG = 5_000
@@ -32,6 +35,33 @@ def stale_stats(postgres_url: str, store: onceonly.Store) -> None:
     """Statistics taken before the test's queue exists."""
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("ANALYZE onceonly_queue")
+
+
+@pytest.fixture
+def empty_stats_database(store_url: str, postgres_server_url: str) -> Iterator[tuple[str, onceonly.Store]]:
+    """A database of its own whose statistics were taken while the queue table
+    was empty: the planner then rates a queue at a handful of rows, and
+    without the store's planner settings it reads a due backlog whole with a
+    bitmap scan."""
+    with scratch_database(postgres_server_url, "onceonly_empty_stats") as url:
+        store = onceonly.connect(url)
+        store.setup()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ANALYZE onceonly_queue")
+        try:
+            yield url, store
+        finally:
+            store.close()
+
+
+def ready_index_entries_read(url: str) -> int:
+    """Entries read from the claim index so far, as the server's statistics
+    count them (a backend reports its counts when it goes idle or exits)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT idx_tup_read FROM pg_stat_user_indexes"
+                           " WHERE indexrelname = 'onceonly_queue_ready'").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 @pytest.fixture
@@ -70,6 +100,8 @@ def explain(url: str, statement: str, params: dict[str, Any], *, generic: bool) 
     sql = SQL[statement]
     with psycopg.connect(url, autocommit=True) as conn, conn.transaction(force_rollback=True):
         cur = psycopg.ClientCursor(conn)  # values inlined: EXECUTE takes no bound parameters
+        if statement in PLAN_SETTINGS:
+            conn.execute(SQL[PLAN_SETTINGS[statement]])
         if generic:
             names = list(dict.fromkeys(_PLACEHOLDER.findall(sql)))
             conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -139,6 +171,33 @@ def test_claim_reads_only_what_it_takes_from_a_due_backlog(postgres_url: str, st
     q = store.queue(unique)
     put_backlog(q, "due", time.time() - 60)
     assert rows_read(explain_claim(postgres_url, unique, generic=generic)) == 2 * LIMIT
+
+
+@plans
+def test_claim_reads_only_what_it_takes_when_the_statistics_saw_an_empty_queue(
+        empty_stats_database: tuple[str, onceonly.Store], unique: str, generic: bool) -> None:
+    url, store = empty_stats_database
+    put_backlog(store.queue(unique), "due", time.time() - 60)
+    assert rows_read(explain_claim(url, unique, generic=generic)) == 2 * LIMIT
+
+
+def test_the_stores_own_claim_walks_the_claim_index_in_due_order(
+        empty_stats_database: tuple[str, onceonly.Store], unique: str) -> None:
+    """The store's claim, not the statement alone: it reads the claim index's
+    entries up to its limit, not the whole due backlog (a bitmap scan reads
+    them all). Counted by the server once the claiming backend has exited."""
+    url, store = empty_stats_database
+    put_backlog(store.queue(unique), "due", time.time() - 60)
+    claimer = onceonly.connect(url)
+    before = ready_index_entries_read(url)
+    try:
+        assert len(claimer.queue(unique).claim(limit=LIMIT, lease=60)) == LIMIT
+    finally:
+        claimer.close()
+    deadline = time.monotonic() + 15
+    while (read := ready_index_entries_read(url) - before) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert 0 < read <= 2 * LIMIT, f"the claim read {read} entries of the claim index to take {LIMIT}"
 
 
 @plans

@@ -29,6 +29,8 @@ PRUNE_PER_COMPLETE = 20
 # would be 256 MB.
 PUT_BATCH = 1000
 PUT_BATCH_BYTES = 8 * 1024 * 1024
+# Statement -> the planner settings run before it in its transaction.
+PLAN_SETTINGS = {"claim": "claim_plan"}
 
 
 @contextmanager
@@ -85,6 +87,8 @@ class PostgresStore:
         with _translated(what), self._pool.connection() as conn:
             with conn.pipeline():
                 bound_this_transaction(conn)
+                if what in PLAN_SETTINGS:
+                    conn.execute(SQL[PLAN_SETTINGS[what]], prepare=False)
                 cur = conn.cursor(row_factory=dict_row)
                 cur.execute(SQL[what], params, prepare=False)
             return cur.fetchall() if cur.description else []

@@ -245,6 +245,15 @@ DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = %(item_id)s RET
 -- In: queue, item_ids (text[]). Out: a row per item removed.
 DELETE FROM onceonly_queue WHERE queue = %(queue)s AND item_id = ANY (%(item_ids)s::text[]) RETURNING item_id;
 
+-- name: claim_plan --
+-- Runs before claim, in its transaction: no bitmap scans. A bitmap scan
+-- cannot return the claim index's order, so it reads every due item and sorts
+-- them to take the first few. The planner picks it when its statistics say
+-- the queue is small (taken while it was empty, or before a backlog grew);
+-- with it off, the claim walks the index in due order and stops at its limit.
+-- Transaction-local: nothing is left on the connection.
+SELECT set_config('enable_bitmapscan', 'off', true);
+
 -- name: claim --
 -- claim, ack_many and claim(acks=...) in one statement: one round trip per
 -- batch of a worker loop. In: queue; the claims to ack as parallel arrays
