@@ -13,17 +13,20 @@ import pytest
 
 import onceonly
 from onceonly.stores.pg_connection import BOUND_THIS_TRANSACTION
-from onceonly.stores.postgres import PUT_BATCH, SQL
+from onceonly.stores.postgres import PLAN_SETTINGS, PUT_BATCH, SQL
+
+PLAN_SETTING_STATEMENTS = {SQL[name] for name in PLAN_SETTINGS.values()}
 
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every statement any psycopg cursor of this process sends (the pool's
     checkout check included: it is conn.execute, a cursor underneath), except
-    the statement bound that shares its pipeline: a store statement is listed
-    as itself only when it went in one pipeline (one sync: one round trip)
-    right after its statement bound (``set_config('statement_timeout', …, true)``),
-    else marked UNBOUNDED."""
+    the statement bound and the planner settings that share its pipeline: a
+    store statement is listed as itself only when it went in one pipeline (one
+    sync: one round trip) right after its statement bound
+    (``set_config('statement_timeout', …, true)``), else marked UNBOUNDED; a
+    planner setting is listed only when it went elsewhere."""
     sent: list[str] = []
     bounded_pipelines: dict[int, object] = {}
     execute = psycopg.Cursor.execute
@@ -32,6 +35,9 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         conn, text = self.connection, str(query)
         if text == BOUND_THIS_TRANSACTION:
             bounded_pipelines[id(conn)] = conn._pipeline
+        elif text in PLAN_SETTING_STATEMENTS:
+            if conn._pipeline is None or bounded_pipelines.get(id(conn)) is not conn._pipeline:
+                sent.append(f"UNBOUNDED: {text}")
         else:
             pipeline = bounded_pipelines.pop(id(conn), None)
             sent.append(text if pipeline is not None and pipeline is conn._pipeline else f"UNBOUNDED: {text}")
