@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     _store_options(sim, "postgresql, redis or dynamodb (a fresh local stand-in), all (each in turn), "
                         "redis-cluster (a local 6-node Redis Cluster)")
     sim.add_argument("--events", type=_positive_int, default=200, help="webhook events to feed (default 200)")
-    sim.add_argument("--replicas", type=_positive_int, default=4, help="replica processes (default 4)")
+    sim.add_argument("--replicas", type=_positive_int, default=4,
+                     help="execution environments per function (default 4)")
     sim.add_argument("--receiver-latency", type=_non_negative_float, default=0.005, metavar="SECONDS",
                      help="the receiver's delay per request (default 0.005)")
     sim.add_argument("--failure-rate", type=_rate, default=0.1, metavar="P",

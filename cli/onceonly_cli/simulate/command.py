@@ -37,7 +37,7 @@ from .html_report import render_comparison_html, render_html
 from .loadgen import Driver
 from .payments_load import PaymentsLoad
 from .plan import RETRY_AFTER_CAP, RETRY_SCHEDULE, Plan, domain_invariants, scenarios
-from .replicas import ReplicaPool, ReplicaStartError
+from .replicas import FunctionPools, ReplicaStartError
 from .report import build_report
 from .report_text import print_report
 from .schedule import recent_ticks
@@ -233,14 +233,14 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
     started_task = progress.add_task("replicas started", total=args.replicas)
     log_dir = args.log_dir or stack.work_dir
     log_dir.mkdir(parents=True, exist_ok=True)
-    pool = ReplicaPool(args.replicas, env, log_dir, crash_rate=args.crash_rate, rng=rng,
-                       timeouts=timeouts, on_start=lambda _i: None)
+    pool = FunctionPools(args.replicas, env, log_dir, crash_rate=args.crash_rate, rng=rng,
+                         timeouts=timeouts, warm=DISPATCH)
     cleanup.callback(pool.stop)
     pool_started = time.time()
     try:
         pool.start()
     except ReplicaStartError as exc:
-        log = log_dir / "replica-0.log"
+        log = pool.warm.log_of(0)
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.exists() else []
         raise CliError(f"{exc}: {tail[0] if tail else 'no log'}") from None
     progress.update(started_task, completed=args.replicas)

@@ -9,7 +9,7 @@
   receive count). Duplicates are mixed in: the same message id delivered
   twice, and the same event sent again.
 - EventBridge: every tick is delivered several times at once, each copy pinned
-  to a different replica, and once more after it completed; a delivery whose
+  to a different environment of its function, and once more after it completed; a delivery whose
   invocation died is retried until a run of the tick completes.
 
 All state lives in the driver's thread: replica threads only post results to a
@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any
 
 from .events import scheduled_event, sqs_event, sqs_record
-from .replicas import Invocation, InvocationResult, ReplicaPool
+from .replicas import FunctionPools, Invocation, InvocationResult
 from .report import InvocationFacts, TickFacts
 
 BATCH_SIZE = 10
@@ -75,7 +75,7 @@ class _TickState:
 
 @dataclass
 class Driver:
-    pool: ReplicaPool
+    pool: FunctionPools
     rng: random.Random
     dispatch_function: str
     retry_function: str | None

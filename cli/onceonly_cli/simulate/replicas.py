@@ -1,8 +1,14 @@
-"""The parent's side of the replicas: N processes running the real handlers, a
-thread per replica feeding it one invocation at a time, SIGKILL at random
-points (the crash injection) and a restart after every death.
+"""The parent's side of the replicas: the execution environments of each
+function, each a process running the real handler, a thread per environment
+feeding it one invocation at a time, SIGKILL at random points (the crash
+injection) and a restart after every death.
 
-The pool plays the Lambda service: an invocation either returns, raises, or
+As on Lambda, every function has environments of its own, up to ``--replicas``
+of them (its concurrency): a dispatch batch never waits behind a cron job. The
+dispatcher's environments start before the run (warm); the scheduled
+functions' start on their first invocation (a cold start, inside it).
+
+The pools play the Lambda service: an invocation either returns, raises, or
 dies with its replica; the caller (the SQS/EventBridge stand-ins in
 loadgen.py) decides what is redelivered."""
 
@@ -21,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .replica import FUNCTIONS_VAR
 
 READY_TIMEOUT = 60.0  # importing boto3/psycopg/powertools on a busy 2-core box
 TIMEOUT_GRACE = 2.0
@@ -55,12 +63,12 @@ class InvocationResult:
 class Replica:
     """One replica process and its socket."""
 
-    def __init__(self, index: int, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, index: int, env: dict[str, str], log: Path) -> None:
         self.index = index
         parent_sock, child_sock = socket.socketpair()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "onceonly_cli.simulate.replica", "--fd", str(child_sock.fileno()),
-             "--log", str(log_dir / f"replica-{index}.log")],
+             "--log", str(log)],
             env=env, pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL,
             # Its own session: a terminal Ctrl-C reaches only the parent, which stops
             # every replica itself; a replica whose parent died reads EOF and exits.
@@ -89,15 +97,18 @@ class Replica:
 
 
 class ReplicaPool:
+    """One function's environments. ``warm``: started by :meth:`start`;
+    otherwise each starts on the first invocation it is given."""
+
     def __init__(self, count: int, env: dict[str, str], log_dir: Path, *, crash_rate: float,
-                 rng: random.Random, timeouts: dict[str, float], on_start: Callable[[int], None] | None = None):
+                 rng: random.Random, timeouts: dict[str, float], name: str = "replica", warm: bool = True):
         self._env = env
         self._log_dir = log_dir
+        self._name, self._warm = name, warm
         self._crash_rate = crash_rate
         self._rng = rng
         self._rng_lock = threading.Lock()
         self._timeouts = timeouts
-        self._on_start = on_start
         self._cond = threading.Condition()
         self._shared: deque[Invocation] = deque()
         self._pinned: list[deque[Invocation]] = [deque() for _ in range(count)]
@@ -114,16 +125,19 @@ class ReplicaPool:
         return len(self._replicas)
 
     # -- lifecycle ----------------------------------------------------------
+    def log_of(self, index: int) -> Path:
+        return self._log_dir / f"{self._name}-{index}.log"
+
     def start(self) -> None:
-        """Start every replica in parallel and wait until each has imported its handlers."""
-        fresh = [Replica(i, self._env, self._log_dir) for i in range(self.size)]
-        self._replicas = list(fresh)
-        for replica in fresh:
-            replica.wait_ready()
-            if self._on_start:
-                self._on_start(replica.index)
+        """Start the serving threads; a warm pool first starts every replica in
+        parallel and waits until each has imported its handlers."""
+        if self._warm:
+            fresh = [Replica(i, self._env, self.log_of(i)) for i in range(self.size)]
+            self._replicas = list(fresh)
+            for replica in fresh:
+                replica.wait_ready()
         for index in range(self.size):
-            thread = threading.Thread(target=self._serve, args=(index,), name=f"replica-{index}", daemon=True)
+            thread = threading.Thread(target=self._serve, args=(index,), name=f"{self._name}-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -177,6 +191,13 @@ class ReplicaPool:
             return self._rng.uniform(0.0, 0.15)
 
     def _run(self, index: int, invocation: Invocation) -> InvocationResult:
+        started = time.time()
+        if self._replicas[index] is None:  # a cold start, inside the invocation
+            try:
+                self._restart(index, counted=False)
+            except ReplicaStartError as exc:
+                return InvocationResult(invocation, index, False, error=str(exc), crashed=True,
+                                        started=started, finished=time.time())
         replica = self._replicas[index]
         assert replica is not None
         killed = threading.Event()
@@ -189,7 +210,6 @@ class ReplicaPool:
 
         delay = self._crash_delay()
         timer = threading.Timer(delay, crash) if delay is not None else None
-        started = time.time()
         request = {"id": invocation.id, "function": invocation.function, "event": invocation.event}
         line = ""
         try:
@@ -222,16 +242,61 @@ class ReplicaPool:
         return InvocationResult(invocation, index, False, error="replica killed" if killed.is_set() else
                                 "replica died or timed out", crashed=True, started=started, finished=time.time())
 
-    def _restart(self, index: int) -> None:
+    def _restart(self, index: int, *, counted: bool = True) -> None:
         old = self._replicas[index]
         if old is not None:
             old.kill()
+            self._replicas[index] = None
         if self._stopping:
             return
-        fresh = Replica(index, self._env, self._log_dir)
-        self._replicas[index] = fresh
-        fresh.wait_ready()
-        self.restarts += 1
-        if self._on_start:
-            self._on_start(index)
+        fresh = self._replicas[index] = Replica(index, self._env, self.log_of(index))  # stop() kills it
+        try:
+            fresh.wait_ready()
+        except ReplicaStartError:
+            self._replicas[index] = None
+            raise
+        if counted:
+            self.restarts += 1
+
+
+class FunctionPools:
+    """A :class:`ReplicaPool` per function, ``count`` environments each, each
+    environment importing its own function's handler only; ``warm`` names the
+    function whose environments start before the run. Invocations go to their
+    function's pool; a pinned one (``replica``) to that environment of it."""
+
+    def __init__(self, count: int, env: dict[str, str], log_dir: Path, *, crash_rate: float,
+                 rng: random.Random, timeouts: dict[str, float], warm: str) -> None:
+        self.count = count
+        functions = json.loads(env[FUNCTIONS_VAR])
+        self._pools = {
+            function: ReplicaPool(
+                count, {**env, FUNCTIONS_VAR: json.dumps([f for f in functions if f["logical_id"] == function])},
+                log_dir, crash_rate=crash_rate, rng=rng, timeouts=timeouts, name=function,
+                warm=function == warm)
+            for function in timeouts}
+        self.warm = self._pools[warm]
+
+    @property
+    def size(self) -> int:
+        return self.count
+
+    @property
+    def kills(self) -> int:
+        return sum(pool.kills for pool in self._pools.values())
+
+    @property
+    def restarts(self) -> int:
+        return sum(pool.restarts for pool in self._pools.values())
+
+    def start(self) -> None:
+        for pool in self._pools.values():
+            pool.start()
+
+    def stop(self) -> None:
+        for pool in self._pools.values():
+            pool.stop()
+
+    def submit(self, invocation: Invocation) -> None:
+        self._pools[invocation.function].submit(invocation)
 
