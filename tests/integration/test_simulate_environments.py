@@ -1,7 +1,8 @@
 """simulate's execution environments: as on Lambda, each function has its own
 (a slow invocation of one never delays another function's), each imports its
-own handler only, and a function's environment starts on its first
-invocation. Real environment processes, with handlers written here."""
+own handler only, a function's environment starts on its first invocation,
+and an idle started one is reused before another starts. Real environment
+processes, with handlers written here."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def handler(event, context):
 '''
 
 
-def pools(tmp_path: Path) -> FunctionPools:
+def pools(tmp_path: Path, count: int = 1) -> FunctionPools:
     functions = []
     for name in ("Slow", "Fast"):
         code = tmp_path / name.lower()
@@ -33,7 +34,7 @@ def pools(tmp_path: Path) -> FunctionPools:
         (code / "app.py").write_text(HANDLER, encoding="utf-8")
         functions.append({"logical_id": name, "code_dir": str(code), "handler": "app.handler", "timeout": 30})
     env = {**os.environ, FUNCTIONS_VAR: json.dumps(functions)}
-    return FunctionPools(1, env, tmp_path, crash_rate=0.0, rng=random.Random(1),
+    return FunctionPools(count, env, tmp_path, crash_rate=0.0, rng=random.Random(1),
                          timeouts={"Slow": 30.0, "Fast": 30.0}, warm="Fast")
 
 
@@ -68,3 +69,21 @@ def test_each_function_has_its_own_environments_started_on_first_use(tmp_path: P
     assert responses[0]["pid"] != responses[1]["pid"]
     assert responses[0]["handlers"] == ["_lambda_slow_app"] and responses[1]["handlers"] == ["_lambda_fast_app"]
     assert pool.restarts == 0 and pool.kills == 0  # a cold start is not a restart
+
+
+def test_an_idle_started_environment_is_reused_before_another_starts(tmp_path: Path) -> None:
+    pool = pools(tmp_path, count=2)
+    pool.start()
+    pids = []
+    try:
+        for _ in range(6):  # one after another: never two at once
+            done = threading.Event()
+            results: list[InvocationResult] = []
+            pool.submit(Invocation("Slow", {"sleep": 0.0}, lambda r: (results.append(r), done.set())))
+            assert done.wait(60)
+            assert results[0].ok, results[0].error
+            pids.append(results[0].response["pid"])
+    finally:
+        pool.stop()
+    assert len(set(pids)) == 1, f"a second environment was started while the first was idle: {pids}"
+    assert not (tmp_path / "Slow-1.log").exists()

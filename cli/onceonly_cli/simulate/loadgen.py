@@ -170,7 +170,7 @@ class Driver:
         if self.retry_function is None or self._retry_in_flight >= 2:
             return
         # Two concurrent runs of every tick: the retry worker needs no leader.
-        replicas = self.rng.sample(range(self.pool.size), k=min(2, self.pool.size))
+        replicas = range(min(2, self.pool.size))
         when = datetime.now().astimezone()
         for replica in replicas:
             self._retry_in_flight += 1
@@ -184,8 +184,9 @@ class Driver:
         key = (job.job, when.strftime("%Y-%m-%dT%H:%M:%SZ"))
         state = self._ticks.setdefault(key, _TickState(TickFacts(job.job, key[1], 0, Counter()), when,
                                                        job.function))
-        replicas = self.rng.sample(range(self.pool.size), k=min(job.copies, self.pool.size))
-        for replica in replicas:
+        # Concurrent copies run in distinct environments of the function: the
+        # same ones every tick, as Lambda reuses its warm environments.
+        for replica in range(min(job.copies, self.pool.size)):
             self._deliver_tick(state, replica)
 
     def _deliver_tick(self, state: _TickState, replica: int | None) -> None:

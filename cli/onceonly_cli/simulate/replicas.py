@@ -112,6 +112,7 @@ class ReplicaPool:
         self._cond = threading.Condition()
         self._shared: deque[Invocation] = deque()
         self._pinned: list[deque[Invocation]] = [deque() for _ in range(count)]
+        self._idle: set[int] = set()  # environments waiting for an invocation
         self._replicas: list[Replica | None] = [None] * count
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -164,13 +165,21 @@ class ReplicaPool:
             self._cond.notify_all()
 
     def _next(self, index: int) -> Invocation | None:
+        """The next invocation for environment ``index``: one pinned to it, else
+        a shared one, which an environment not started yet leaves to an idle
+        started one (Lambda reuses a warm environment before it starts one)."""
         with self._cond:
-            while not self._stopping:
-                if self._pinned[index]:
-                    return self._pinned[index].popleft()
-                if self._shared:
-                    return self._shared.popleft()
-                self._cond.wait()
+            self._idle.add(index)
+            try:
+                while not self._stopping:
+                    if self._pinned[index]:
+                        return self._pinned[index].popleft()
+                    if self._shared and (self._replicas[index] is not None or not any(
+                            self._replicas[i] is not None for i in self._idle)):
+                        return self._shared.popleft()
+                    self._cond.wait()
+            finally:
+                self._idle.discard(index)
         return None
 
     def _serve(self, index: int) -> None:
