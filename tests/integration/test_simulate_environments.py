@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import threading
 import time
@@ -75,14 +76,13 @@ def test_an_idle_started_environment_is_reused_before_another_starts(tmp_path: P
     pool = pools(tmp_path, count=2)
     pool.start()
     pids = []
+    results: queue.SimpleQueue[InvocationResult] = queue.SimpleQueue()
     try:
         for _ in range(6):  # one after another: never two at once
-            done = threading.Event()
-            results: list[InvocationResult] = []
-            pool.submit(Invocation("Slow", {"sleep": 0.0}, lambda r: (results.append(r), done.set())))
-            assert done.wait(60)
-            assert results[0].ok, results[0].error
-            pids.append(results[0].response["pid"])
+            pool.submit(Invocation("Slow", {"sleep": 0.0}, results.put))
+            result = results.get(timeout=60)
+            assert result.ok, result.error
+            pids.append(result.response["pid"])
     finally:
         pool.stop()
     assert len(set(pids)) == 1, f"a second environment was started while the first was idle: {pids}"
