@@ -15,10 +15,13 @@ def test_an_ack_whose_lease_ran_out_removes_the_item_instead_of_granting_it(
 ) -> None:
     q = store.queue(unique)
     q.put("late")
-    (late,) = q.claim(limit=1, lease=0.3)
+    (late,) = q.claim(limit=1, lease=1.0)
     q.put("other")
-    (other,) = q.claim(limit=1, lease=0.6)
-    time.sleep(0.9)  # both leases ran out, "late" first: both due again, held by nobody else
+    (other,) = q.claim(limit=1, lease=1.5)
+    # "late"'s lease outlasts a put and a claim on a loaded machine: else the
+    # second claim takes it again, and this test's ack is rightly refused.
+    assert other.item_id == "other", "the first lease ran out before the second claim"
+    time.sleep(1.6)  # both leases ran out, "late" first: both due again, held by nobody else
     batch = q.claim(limit=1, lease=30, acks=[late])
     assert batch.acked == [True]
     assert [(c.item_id, c.attempt) for c in batch] == [("other", other.attempt + 1)]

@@ -215,7 +215,9 @@ def _in_flight(dispatch: Handler, receiver: WebhookReceiver, webhook_id: str, ev
                                                      context("dispatch")))
     thread.start()
     try:
-        assert receiver.wait_for(lambda requests: any(r.webhook_id == delivery_id for r in requests), 10)
+        # A loaded machine's first invocation (service build, pools) took over 10 s once.
+        assert receiver.wait_for(lambda requests: any(r.webhook_id == delivery_id for r in requests), 30), \
+            "the dispatcher's request never reached the receiver"
         yield
     finally:
         answer.set()
