@@ -5,6 +5,7 @@ recorded, with what it leaves unknown, and the worker carries on."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from pathlib import Path
@@ -72,15 +73,19 @@ def drain_through_changes(
 
 
 def hold_names_through_changes(
-    n: int, barrier: Any, path: Path, url: str, names: list[str], ttl: float, seconds: float,
+    n: int, barrier: Any, path: Path, url: str, names: list[str], ttl: float, after: float, done: str,
+    seconds: float,
 ) -> None:
-    """Acquire, hold a moment, release, over a few hot names, for ``seconds``
-    after the start line."""
+    """Acquire, hold a moment, release, over a few hot names, until ``after``
+    seconds past the moment the file ``done`` exists (or ``seconds`` after the
+    start line): every run has grants after the change, however long it took."""
     history = History(path)
     store = _start(barrier, url)
     deadline = time.time() + seconds
     rng = random.Random(n)
     while time.time() < deadline:
+        if os.path.exists(done):
+            deadline = min(deadline, os.path.getmtime(done) + after)
         name = rng.choice(names)
         try:
             lease = store.acquire(name, ttl=ttl)

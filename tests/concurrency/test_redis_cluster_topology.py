@@ -187,9 +187,10 @@ def _lease_race(cluster: LocalCluster, tmp_path: Path, unique: str, change: Call
     url = f"{cluster.url}&prefix={unique}{query}"
     names = [f"hot-{i}" for i in range(3)]
     keys = [f"{unique}:{{lease:{name}}}" for name in names]
+    history = tmp_path / "history"
     events, changer = race_during(
-        tmp_path / "history", lambda: change(keys), cluster_workers.hold_names_through_changes,
-        url, names, 5.0, 15, won=lambda e: e["event"] == "held")
+        history, lambda: change(keys), cluster_workers.hold_names_through_changes,
+        url, names, 5.0, 3.0, str(done_marker(history)), 120, won=lambda e: e["event"] == "held")
     return events, changer
 
 
