@@ -20,7 +20,7 @@ from bench.pool import Workers
 from bench.queue_jobs import HERE
 from bench.sizes import STORES, Sizes
 from bench.stores import fill, open_store
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 BARE_SQL = load_queries(HERE / "bare.sql")
 ZADD_CHUNK = 5000

@@ -78,7 +78,7 @@ def onceonly_claims(url: str, queue: str, batch: int, profile: bool = False) -> 
 def bare_postgres(url: str, queue: str, batch: int) -> Job:
     import psycopg
 
-    from onceonly.stores.sqlfile import load_queries
+    from onceonly_app.sql_queries import load_queries
 
     sql = load_queries(HERE / "bare.sql")
     tally, ids = Tally(), list[str]()

@@ -26,7 +26,7 @@ def open_store(url: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    from onceonly.stores.dynamodb import MAX_CONCURRENT_WRITES, DynamoDBStore
+    from onceonly.dynamodb import MAX_CONCURRENT_WRITES, DynamoDBStore
 
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query))
@@ -59,7 +59,7 @@ def fill(url: str, queue: Any, item_ids: Sequence[str], due_at: float | None = N
 def _fill_postgres(url: str, queue: str, item_ids: Sequence[str], due_at: float | None) -> None:
     import psycopg
 
-    from onceonly.stores._common import encode_payload
+    from onceonly import encode_payload
     from onceonly.stores.postgres import SQL
 
     payload = encode_payload(None)

@@ -40,7 +40,7 @@ def existing_targets(database: str | None, store: str | None) -> tuple[str, str]
 @contextmanager
 def open_ops(database: str | None, store: str | None) -> Iterator[Ops]:
     """The domain database and the store of :func:`existing_targets`, checked."""
-    from onceonly.stores.pgpool import bounded_pool
+    from onceonly.postgres import bounded_pool
 
     database_url, store_url = existing_targets(database, store)
     check_database(database_url)

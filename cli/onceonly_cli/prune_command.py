@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 import onceonly
-from onceonly.stores.postgres import PostgresStore
+from onceonly.postgres import PostgresStore
 
 from .errors import CliError
 from .ops import existing_targets

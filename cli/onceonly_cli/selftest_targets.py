@@ -114,7 +114,7 @@ def _dynamodb_client(url: str):  # type: ignore[no-untyped-def]
 
 
 def _dynamodb_other_data(url: str) -> str | None:
-    from onceonly.stores.dynamodb import LEASE_PREFIX, QUEUE_PREFIX
+    from onceonly.dynamodb import LEASE_PREFIX, QUEUE_PREFIX
 
     table = urlsplit(url).netloc
     client = _dynamodb_client(url)
@@ -132,7 +132,7 @@ def _dynamodb_other_data(url: str) -> str | None:
 
 
 def _dynamodb_delete_leases(url: str, plan: Plan) -> None:
-    from onceonly.stores.dynamodb import LEASE_PREFIX
+    from onceonly.dynamodb import LEASE_PREFIX
 
     client = _dynamodb_client(url)
     try:

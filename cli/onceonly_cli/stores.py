@@ -60,7 +60,7 @@ def resolve_targets(
 def check_database(url: str, timeout: int = 3) -> None:
     import psycopg
 
-    from onceonly.stores.pgpool import split_options
+    from onceonly.postgres import split_options
 
     if not url.startswith(("postgresql://", "postgres://")):
         raise CliError(f"--database must be a postgresql:// URL, got {redact(url)!r}")

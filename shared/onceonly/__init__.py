@@ -1,5 +1,10 @@
 """onceonly: leases with fencing tokens, atomic due queues and a cron guard for
-Lambda functions that run on many concurrent invocations."""
+Lambda functions that run on many concurrent invocations.
+
+The public surface is this module and, for one kind of store each (importing
+one imports its driver), ``onceonly.postgres``, ``onceonly.redis`` and
+``onceonly.dynamodb``. ``onceonly.stores`` is the stores' implementation:
+nothing outside the library imports it."""
 
 from .api import Claim, ClaimBatch, Lease, LeaseState, LeaseStore, Permit, Queue, QueueDepth, Store
 from .connect import connect
@@ -12,7 +17,7 @@ from .errors import (
     StoreUnavailableError,
 )
 from .scheduled import InvalidEventError, Tick, scheduled
-from .stores._common import check_seconds
+from .stores._common import MAX_SECONDS, check_seconds, encode_payload
 
 __version__ = "0.2.0"
 
@@ -33,7 +38,9 @@ __all__ = [
     "StoreNotReadyError",
     "StoreRefusedError",
     "StoreUnavailableError",
+    "MAX_SECONDS",  # the longest ttl, lease or keep any store takes (ten years)
     "check_seconds",  # the layer's ttl check, for settings that feed it
+    "encode_payload",  # a payload as every store keeps it (strict JSON text), size-checked
     "connect",
     "InvalidEventError", "Tick", "scheduled",  # the cron guard (scheduled.py)
 ]

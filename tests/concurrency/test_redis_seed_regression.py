@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import redis
 
-from onceonly.stores.redis import RedisStore
+from onceonly.redis import RedisStore
 
 from .race import BARRIER_TIMEOUT, PING, History, run_workers
 

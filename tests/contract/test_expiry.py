@@ -107,7 +107,7 @@ def test_postgres_setup_upgrades_a_table_from_before_expiry(postgres_server_url:
     and its old records are kept (they were never marked to expire)."""
     import psycopg
 
-    from onceonly.stores.postgres import PostgresStore
+    from onceonly.postgres import PostgresStore
     from tests.support.scratch import scratch_database
 
     with scratch_database(postgres_server_url, "onceonly_upgrade") as url:

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from onceonly.stores.dynamodb import DynamoDBStore
+from onceonly.dynamodb import DynamoDBStore
 
 from .harness import Plan, assert_sound, record, run
 from .sizes import sizes

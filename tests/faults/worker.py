@@ -55,7 +55,7 @@ def open_store(cfg: dict[str, Any]) -> onceonly.Store:
         return onceonly.connect(cfg["url"])
     from urllib.parse import parse_qsl
 
-    from onceonly.stores.dynamodb import DynamoDBStore
+    from onceonly.dynamodb import DynamoDBStore
 
     parts = urlsplit(cfg["url"])
     return DynamoDBStore.from_url(parts.netloc, dict(parse_qsl(parts.query)), clock=lambda: time.time() + skew)

@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 import onceonly
-from onceonly.stores.dynamodb import DynamoDBStore
+from onceonly.dynamodb import DynamoDBStore
 from tests.support.api_calls import ApiCalls, drain
 
 ITEMS = 100

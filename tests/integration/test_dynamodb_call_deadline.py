@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import onceonly
-from onceonly.stores.dynamodb import MAX_CONCURRENT_WRITES, DynamoDBStore
+from onceonly.dynamodb import MAX_CONCURRENT_WRITES, DynamoDBStore
 from tests.support.faultproxy import FaultProxy
 from tests.support.proxied import target_port, through
 

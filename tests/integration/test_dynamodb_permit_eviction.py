@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import onceonly
-from onceonly.stores.dynamodb import DynamoDBStore
+from onceonly.dynamodb import DynamoDBStore
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import onceonly
+from onceonly.dynamodb import DynamoDBStore
 from onceonly.scheduled import scheduled_time_of, tick_lock_name
-from onceonly.stores.dynamodb import DynamoDBStore
-from onceonly.stores.dynamodb.store import DEFAULT_CLOCK_SKEW
+from onceonly.stores.dynamodb.options import DEFAULT_CLOCK_SKEW
 from tests.support.faultproxy import FaultProxy
 from tests.support.faulty_renewals import DEAD, FaultyRenewals
 from tests.support.proxied import target_port, through

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import onceonly
-from onceonly.stores.redis import RedisStore
+from onceonly.redis import RedisStore
 from tests.support.faultproxy import FaultProxy
 from tests.support.proxied import target_port, through
 from tests.support.redis_servers import RedisProcess, private_redis

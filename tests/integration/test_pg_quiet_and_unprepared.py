@@ -26,7 +26,7 @@ import psycopg_pool
 import pytest
 
 import onceonly
-from onceonly.stores.postgres import PostgresStore
+from onceonly.postgres import PostgresStore
 from tests.support.pgbouncer import PgBouncer, PgBouncerError
 from tests.support.scratch import scratch_database
 

@@ -12,8 +12,9 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly.stores.pg_connection import BOUND_THIS_TRANSACTION
-from onceonly.stores.postgres import PLAN_SETTINGS, PUT_BATCH, SQL
+from onceonly.stores.postgres import PLAN_SETTINGS, SQL
+from onceonly.stores.postgres.connection import BOUND_THIS_TRANSACTION
+from onceonly.stores.postgres.queue import PUT_BATCH
 
 PLAN_SETTING_STATEMENTS = {SQL[name] for name in PLAN_SETTINGS.values()}
 

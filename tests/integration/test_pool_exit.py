@@ -15,7 +15,7 @@ EXIT_LIMIT = 20.0  # seconds; a process with its pools closed exits in well unde
 CHILD = textwrap.dedent("""
     import sys
     import onceonly
-    from onceonly.stores.pgpool import bounded_pool
+    from onceonly.postgres import bounded_pool
 
     store = onceonly.connect(sys.argv[1])           # the coordination store's pool, as a handler builds it
     store.setup()                                    # round trips on its pool

@@ -21,7 +21,7 @@ import pytest
 import redis
 
 import onceonly
-from onceonly.stores.redis import RedisStore
+from onceonly.redis import RedisStore
 from tests.support.redis_servers import RedisProcess, private_redis
 
 EVICTING_POLICIES = ["volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl",

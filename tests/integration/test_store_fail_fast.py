@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly.stores.pgpool import bounded_pool
+from onceonly.postgres import bounded_pool
 from tests.support.faultproxy import FaultProxy
 from tests.support.jobs_workers import REPO
 from tests.support.proxied import target_port, through

@@ -74,7 +74,8 @@ def test_sam_build(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     layer = tmp_path / "build" / "OnceOnlyLayer" / "python"
     assert (layer / "onceonly" / "__init__.py").exists()
-    assert (layer / "onceonly" / "stores" / "postgres.sql").exists()
+    assert (layer / "onceonly" / "stores" / "postgres" / "sql" / "store.sql").exists()
+    assert (layer / "onceonly" / "stores" / "redis" / "lua" / "claim.lua").exists()
     assert (layer / "onceonly" / "stores" / "dynamodb" / "queue.py").exists()
     assert (layer / "psycopg").is_dir() and (layer / "redis").is_dir()
     assert "BEGIN CERTIFICATE" in (layer / "onceonly_app" / "appdb" / "certs" / "rds-global-bundle.pem").read_text()

@@ -18,7 +18,7 @@ import boto3
 import redis
 
 import onceonly
-from onceonly.stores.dynamodb import TTL_ATTRIBUTE
+from onceonly.dynamodb import TTL_ATTRIBUTE
 
 
 def raw_lease_record(store_url: str, name: str) -> dict[str, Any] | None:
@@ -42,7 +42,7 @@ def raw_lease_record(store_url: str, name: str) -> dict[str, Any] | None:
             client.close()
     import psycopg
 
-    from onceonly.stores.pgpool import split_options
+    from onceonly.postgres import split_options
 
     with psycopg.connect(split_options(store_url)[0]) as conn:  # without onceonly's own options
         row = conn.execute("SELECT token, completed, expires, extract(epoch FROM busy_until)::float8 "

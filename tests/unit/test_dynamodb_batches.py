@@ -16,7 +16,7 @@ import pytest
 from moto import mock_aws
 
 import onceonly
-from onceonly.stores.dynamodb import DynamoDBQueue, DynamoDBStore
+from onceonly.dynamodb import DynamoDBQueue, DynamoDBStore
 from tests.support.api_calls import ApiCalls, drain
 
 

@@ -22,7 +22,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 import onceonly
-from onceonly.stores.dynamodb import MAX_CONCURRENT_WRITES, TTL_ATTRIBUTE, DynamoDBStore
+from onceonly.dynamodb import MAX_CONCURRENT_WRITES, TTL_ATTRIBUTE, DynamoDBStore
 
 TABLE = "onceonly-unit"
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"

@@ -30,9 +30,13 @@ def test_the_library_wheel_holds_onceonly_and_nothing_else(library_wheel: Path) 
     top_level = {name.split("/")[0] for name in names}
     assert top_level == {"onceonly", f"onceonly-{onceonly.__version__}.dist-info"}
     assert "onceonly/py.typed" in names
-    assert "onceonly/stores/postgres.sql" in names
-    assert "onceonly/stores/redis_claim.lua" in names
-    assert "onceonly/stores/dynamodb/queue.py" in names  # a subpackage, listed in pyproject.toml
+    # one package per store, each listed in pyproject.toml, with its SQL or Lua files
+    assert "onceonly/stores/postgres/sql/store.sql" in names
+    assert "onceonly/stores/redis/lua/claim.lua" in names
+    assert "onceonly/stores/redis/lua/common.lua" in names
+    for store in ("postgres", "redis", "dynamodb"):
+        for module in ("__init__", "store", "queue", "options", "errors"):
+            assert f"onceonly/stores/{store}/{module}.py" in names
 
 
 def test_the_library_wheel_has_no_required_driver_and_one_extra_per_store(library_wheel: Path) -> None:

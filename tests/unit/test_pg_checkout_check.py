@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from onceonly.stores.pg_connection import check_on_checkout
+from onceonly.stores.postgres.connection import check_on_checkout
 
 HIGH_FD = 1500  # above select()'s FD_SETSIZE (1024)
 

@@ -11,10 +11,11 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 import onceonly
+from onceonly.dynamodb import DynamoDBStore
 from onceonly.errors import ConfigError
-from onceonly.stores.dynamodb import DynamoDBStore
-from onceonly.stores.pgpool import PgOptions, bounded_conninfo, split_options
-from onceonly.stores.redis import RedisStore
+from onceonly.postgres import PgOptions, split_options
+from onceonly.redis import RedisStore
+from onceonly.stores.postgres.pool import bounded_conninfo
 from onceonly.stores.timeouts import DEFAULT_TIMEOUT, dynamodb_budget
 
 URLS = {

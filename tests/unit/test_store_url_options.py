@@ -9,6 +9,7 @@ servers in tests/integration/test_store_url_options.py."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -88,3 +89,47 @@ def test_a_bad_option_is_a_config_error_naming_it_at_connect(url: str, option: s
         onceonly.connect(url).close()
     assert option in str(caught.value)
     assert time.monotonic() - started < 1.0, "connect() waited for something: it sent a request"
+
+
+@pytest.mark.parametrize(("url", "store"), [(PG, "PostgreSQL"), (REDIS, "Redis"), (DDB, "DynamoDB")])
+def test_an_unknown_option_is_refused_the_same_way_on_every_store(url: str, store: str) -> None:
+    joined = f"{url}{'&' if '?' in url else '?'}colour=blue"
+    with pytest.raises(onceonly.ConfigError) as caught:
+        onceonly.connect(joined).close()
+    message = str(caught.value)
+    assert message.startswith(f"unknown {store} URL option 'colour'; accepted: "), message
+    assert "\n" not in message and "timeout" in message  # one line, listing what the store takes
+
+
+def test_a_libpq_keyword_onceonly_does_not_pass_on_is_refused_in_a_conninfo_too() -> None:
+    from onceonly.postgres import bounded_pool
+
+    with pytest.raises(onceonly.ConfigError, match="unknown PostgreSQL URL option 'replication'"):
+        onceonly.connect(f"{PG}?replication=database").close()
+    with pytest.raises(onceonly.ConfigError, match="unknown PostgreSQL URL option 'replication'"):
+        bounded_pool("host=127.0.0.1 dbname=db replication=database", name="t", max_size=1, autocommit=True)
+
+
+def test_known_driver_options_reach_the_driver() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    store: Any = onceonly.connect(f"{PG}?application_name=oo-test&sslmode=disable&connect_timeout=3&timeout=4")
+    try:
+        given = conninfo_to_dict(store._pool.conninfo)
+        assert (given["application_name"], given["sslmode"], given["connect_timeout"]) == ("oo-test", "disable", "3")
+        assert "timeout" not in given  # onceonly's own option stays with onceonly
+    finally:
+        store.close()
+    store = onceonly.connect(f"{REDIS}?client_name=oo-test&socket_keepalive=yes&health_check_interval=7")
+    try:
+        kwargs = store._nodes.client.connection_pool.connection_kwargs
+        assert (kwargs["client_name"], kwargs["socket_keepalive"], kwargs["health_check_interval"]) == (
+            "oo-test", True, 7)
+    finally:
+        store.close()
+    store = onceonly.connect(DDB.replace("us-east-1", "eu-west-1"))
+    try:
+        assert store._table.client.meta.region_name == "eu-west-1"
+        assert store._table.client.meta.endpoint_url == f"http://127.0.0.1:{PORT}"
+    finally:
+        store.close()

@@ -66,6 +66,8 @@ def check_name(name: str, what: str = "name", *, max_bytes: int = MAX_NAME_BYTES
 
 
 def check_seconds(value: float, what: str) -> float:
+    """``value`` as float seconds: a number > 0 and at most MAX_SECONDS (ten
+    years); otherwise ConfigError naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{what} must be a number of seconds, got {_short(value)}")
     if not _finite(value) or value <= 0:

@@ -10,7 +10,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly.stores.pgpool import bounded_pool
+from onceonly.postgres import bounded_pool
 
 from .settings import database_url, store_url
 

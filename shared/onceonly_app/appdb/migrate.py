@@ -20,8 +20,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from onceonly.stores.pg_connection import prepare_threshold_for
-from onceonly.stores.pgpool import split_options
+from onceonly.postgres import prepare_threshold_for, split_options
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import onceonly
-from onceonly.stores._common import MAX_SECONDS
+from onceonly import MAX_SECONDS
 
 MARKER = "onceonly:store-instance"  # a lease name no job or delivery uses
 MARKER_SECONDS = MAX_SECONDS  # held for ten years: never released, so its owner stays the store's id

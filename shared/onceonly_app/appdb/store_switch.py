@@ -29,7 +29,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 import onceonly
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 from .store_identity import StoreIdentity
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 from .money import due_money, format_money
 

@@ -44,7 +44,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from onceonly import Lease, Tick
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 from ..budget import Budget
 from . import webhook_events

@@ -15,7 +15,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from onceonly import LeaseLostError, Tick
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 

@@ -22,8 +22,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from onceonly.errors import ConfigError
-from onceonly.stores._common import batches
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.batching import batches
+from onceonly_app.sql_queries import load_queries
 from onceonly_app.webhooks.limits import SQS_MAX_BATCH_BYTES, encoded_payload
 
 from ..budget import Budget

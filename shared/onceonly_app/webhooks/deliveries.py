@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from onceonly.errors import StoreUnavailableError
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND
 from .messages import DeliveryRequest

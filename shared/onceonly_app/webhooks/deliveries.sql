@@ -1,5 +1,5 @@
 -- Statements of webhook delivery on the domain database. Each sits under a
--- "-- name: NAME --" header (onceonly.stores.sqlfile). Every write that records
+-- "-- name: NAME --" header (onceonly_app.sql_queries). Every write that records
 -- an attempt's outcome is ONE statement fenced by (generation, fence_token).
 
 -- name: create_deliveries --

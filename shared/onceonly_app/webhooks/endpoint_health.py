@@ -34,7 +34,7 @@ from psycopg_pool import ConnectionPool
 
 from onceonly import Queue
 from onceonly.errors import StoreUnavailableError
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 from .deliveries import delivery_id_for
 

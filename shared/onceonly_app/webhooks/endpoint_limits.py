@@ -49,8 +49,8 @@ from psycopg_pool import ConnectionPool
 
 from onceonly import Permit, Store
 from onceonly.errors import StoreUnavailableError
-from onceonly.stores._common import distinct_rounds
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.batching import distinct_rounds
+from onceonly_app.sql_queries import load_queries
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 DEFAULT_MAX_IN_FLIGHT = 10

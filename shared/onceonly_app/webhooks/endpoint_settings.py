@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 from .sender import SENDER_HEADERS
 from .signing import SECRET_PREFIX

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from onceonly import encode_payload
 from onceonly.errors import ConfigError
-from onceonly.stores._common import encode_payload
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 SQS_MAX_BATCH_BYTES = 256 * 1024  # one message, and one SendMessageBatch request in total

@@ -31,7 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from onceonly import Queue
-from onceonly.stores.sqlfile import load_queries
+from onceonly_app.sql_queries import load_queries
 
 from .subscriptions import APP_ACTOR, RELEASE_SPACING, _lock, _record
 

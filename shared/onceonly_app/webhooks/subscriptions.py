@@ -39,8 +39,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from onceonly import Queue
-from onceonly.stores.sqlfile import load_queries
 from onceonly_app.billing.webhook_events import EVENT_TYPES
+from onceonly_app.sql_queries import load_queries
 
 from . import deliveries, endpoint_settings, rotation
 from .endpoint_health import OPERATIONAL_EVENT_TYPES

@@ -46,16 +46,26 @@ Assumptions worth knowing:
   batches gets a deadline of its own, so a large one that keeps making
   progress finishes.
 
-The modules, one job each: ``store`` (the store, from a URL or your client),
-``leases``, ``queue``, ``batches`` (many writes: transactions, item by item),
-``table`` (requests, errors, the pool), ``deadline`` (one deadline per call),
-``expressions`` (conditions and updates as named constants, keys),
-``setup_table`` (table, GSI, TTL).
+The modules, one job each (boto3 and botocore are imported only when a
+``dynamodb://`` store is connected):
+
+- ``store``: :class:`DynamoDBStore`, from a URL or your client; its leases
+  are ``leases``'s, its counting semaphores ``semaphores``'s;
+- ``queue``: :class:`DynamoDBQueue`, a due queue, given the store's table,
+  clock and shards;
+- ``options``: the URL's options, each checked; any other is refused;
+- ``errors``: botocore's exceptions -> onceonly errors;
+- ``table``: requests (translated by ``errors``), the pool, each call held to
+  its deadline; ``deadline``: one deadline per call;
+- ``batches``: many writes (transactions, item by item);
+- ``expressions``: conditions and updates as named constants, keys;
+- ``setup_table``: table, GSI, TTL.
 """
 
 from .expressions import INDEX_NAME, LEASE_PREFIX, QUEUE_PREFIX, TTL_ATTRIBUTE
+from .options import DEFAULT_SHARDS, MAX_SHARDS, URL_OPTIONS
 from .queue import DynamoDBQueue
-from .store import DEFAULT_SHARDS, MAX_SHARDS, URL_OPTIONS, DynamoDBStore
+from .store import DynamoDBStore
 from .table import MAX_CONCURRENT_WRITES
 
 __all__ = [

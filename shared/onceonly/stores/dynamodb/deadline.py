@@ -59,8 +59,8 @@ def bound_by_deadline(request: Any, **_: Any) -> None:
     """The ``before-send`` hook, run before every attempt of every request:
     past the deadline of the thread's call, refuse to send (a retry included);
     before it, wait for the reply no longer than the time left (botocore honours
-    a per-request ``read_timeout`` since boto/botocore#3770; older versions keep
-    the client's, and only the caller stops waiting)."""
+    a per-request ``read_timeout`` in its recent versions; older ones keep the
+    client's, and only the caller stops waiting)."""
     deadline: Deadline | None = getattr(_active, "deadline", None)
     context = getattr(request, "context", None)
     if deadline is None or context is None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...api import Claim, ClaimBatch, QueueDepth
 from ...errors import OnceOnlyError, StoreUnavailableError
@@ -35,9 +35,7 @@ from .expressions import (
     qshard,
     string,
 )
-
-if TYPE_CHECKING:
-    from .store import DynamoDBStore
+from .table import Table
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +66,14 @@ def _page_size(needed: int) -> int:
 
 
 class DynamoDBQueue:
-    """A due queue on the store's table; see the package docstring for the layout."""
+    """A due queue on the store's table; see the package docstring for the layout.
+    Built by DynamoDBStore.queue with what it needs of the store: the table,
+    the store's clock (epoch seconds) and its number of shards."""
 
-    def __init__(self, store: DynamoDBStore, name: str) -> None:
-        self._table = store._table
-        self._clock = store.clock
-        self._shards = store.shards
+    def __init__(self, table: Table, clock: Callable[[], float], shards: int, name: str) -> None:
+        self._table = table
+        self._clock = clock
+        self._shards = shards
         self.name = name
 
     def _key(self, item_id: str) -> dict[str, dict[str, str]]:

@@ -9,32 +9,24 @@ import secrets
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, Literal, TypeVar
 
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    ConnectTimeoutError,
-    EndpointConnectionError,
-    NoRegionError,
-    ReadTimeoutError,
-)
+from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 
-from ...errors import ConfigError, OnceOnlyError, StoreNotReadyError, StoreUnavailableError
+from ...errors import OnceOnlyError, StoreUnavailableError
+from ..errors import translated
 from . import deadline as deadlines
+from . import errors
 from .deadline import CutOff, Deadline, DeadlinePassed
-from .expressions import INDEX_NAME
+from .errors import error_code
 
 log = logging.getLogger(__name__)
 
 # Requests of one call sent at once; the HTTP pool is sized above it.
 MAX_CONCURRENT_WRITES = 16
 _T = TypeVar("_T")
-
-
-def error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _retry_attempts(exc: ClientError) -> int:
@@ -91,26 +83,13 @@ class Table:
         """The deadline of a call that starts now."""
         return Deadline(what, self.timeout)
 
-    def translate(self, what: str, exc: Exception) -> OnceOnlyError:
-        """A botocore error -> the onceonly error the caller sees."""
-        if isinstance(exc, ClientError):
-            code = error_code(exc)
-            message = exc.response.get("Error", {}).get("Message", "")
-            if code == "ResourceNotFoundException" or (
-                code == "ValidationException" and "index" in message.lower()
-            ):
-                return StoreNotReadyError(
-                    f"DynamoDB table {self.name!r} or its {INDEX_NAME!r} index is missing during {what};"
-                    f" run store.setup() or deploy the template's CoordinationTable ({code}: {message})"
-                )
-            return StoreUnavailableError(
-                f"DynamoDB error during {what} on table {self.name!r}: {code}: {message}"
-            )
-        if isinstance(exc, NoRegionError):
-            return ConfigError(f"dynamodb store needs a region (during {what}): {exc}")
-        if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError)):
-            return StoreUnavailableError(f"DynamoDB unreachable during {what}: {exc}")
-        return StoreUnavailableError(f"DynamoDB error during {what} on table {self.name!r}: {exc}")
+    def translate(self, exc: BaseException, what: str) -> OnceOnlyError | None:
+        """errors.translate for this table."""
+        return errors.translate(exc, what, table=self.name)
+
+    def translated(self, what: str) -> AbstractContextManager[None]:
+        """A botocore error in the block leaves it as the onceonly error it means."""
+        return translated(self.translate, what)
 
     def cut_off(self, deadline: Deadline, *, sent: bool) -> CutOff:
         if sent:
@@ -171,12 +150,11 @@ class Table:
         params = {"TableName": self.name, **kwargs} if table else kwargs
         _attempts.uncertain = False
         try:
-            response: dict[str, Any] = getattr(self.client, operation)(**params)
+            with self.translated(deadline.what):
+                response: dict[str, Any] = getattr(self.client, operation)(**params)
             return response
         except DeadlinePassed as exc:
             raise self.cut_off(deadline, sent=exc.attempt > 1) from exc
-        except (ClientError, BotoCoreError) as exc:
-            raise self.translate(deadline.what, exc) from exc
 
     def send_conditional(self, deadline: Deadline, operation: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """:meth:`send` of a conditional write: None when its condition failed."""

@@ -1,7 +1,7 @@
 """How onceonly's PostgreSQL connections behave, beyond the URL itself:
 
 - every wait for the server's reply is bounded (:class:`BoundedConnection`,
-  see :mod:`onceonly.stores.pgpool` for the bounds); the server's own bound
+  see :mod:`onceonly.stores.postgres.pool` for the bounds); the server's own bound
   (``statement_timeout``) is set per transaction (:func:`bound_this_transaction`)
   or per session, never as a startup parameter: PgBouncer and RDS Proxy refuse
   startup ``options``;
@@ -34,7 +34,7 @@ from psycopg import errors as pg_errors
 from psycopg.abc import PQGen
 from psycopg_pool import ConnectionPool
 
-from .timeouts import DEFAULT_TIMEOUT
+from ..timeouts import DEFAULT_TIMEOUT
 
 # name.proxy-abcdefghijkl.eu-west-1.rds.amazonaws.com (and the .cn partition)
 _RDS_PROXY_HOST = re.compile(r"\.proxy-[a-z0-9]+\.[a-z0-9-]+\.rds\.amazonaws\.com(\.cn)?$", re.IGNORECASE)

@@ -42,8 +42,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..errors import ConfigError
-from .redis_nodes import borrow, exchange, tls_explained
+from ...errors import ConfigError
+from .nodes import borrow, exchange, tls_explained
 
 # Between two tries of a call the cluster refused for now (TRYAGAIN, CLUSTERDOWN,
 # an unreachable node): a migration step or a failover takes milliseconds to seconds.

@@ -21,7 +21,7 @@ Given ``timeout`` T (seconds, ``?timeout=`` in the URL, default 10):
 - the pool checks each connection on checkout, so one closed by the server
   while idle in the pool is replaced instead of failing a call; the check
   costs a round trip only when the server sent something on the idle link
-  (see :func:`~onceonly.stores.pg_connection.check_on_checkout`);
+  (see :func:`~onceonly.stores.postgres.connection.check_on_checkout`);
 - a failed background connect is not retried with a growing backoff (psycopg_pool's
   default keeps trying for 5 minutes, up to a minute apart): the next call
   starts a fresh one, so the pool recovers as soon as the server answers again.
@@ -41,7 +41,7 @@ Options already in the URL (``connect_timeout``, ``keepalives*``,
 Every pool built here that is still open when the interpreter exits is closed
 by an ``atexit`` hook: since Python 3.13 an unclosed pool's ``__del__`` joins
 its worker threads during interpreter shutdown and can hang the process there
-(psycopg#930, #954). A Lambda handler's module-level pool has no other moment
+for good. A Lambda handler's module-level pool has no other moment
 to be closed; callers that can should still close theirs explicitly.
 """
 
@@ -51,70 +51,22 @@ import atexit
 import math
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from ..errors import ConfigError
-from .pg_connection import (
+from ...errors import ConfigError
+from .connection import (
     SET_SESSION_STATEMENT_TIMEOUT,
     BoundedConnection,
     FailFastPool,
     RefreshingConninfo,
     check_on_checkout,
-    is_rds_proxy_host,
     prepare_threshold_for,
 )
-from .pg_options import check_values
-from .timeouts import DEFAULT_TIMEOUT, TIMEOUT_OPTION, timeout_from
-
-POOL_MODE_OPTION = "pool_mode"
-POOL_MODES = ("session", "transaction")
-
-
-@dataclass(frozen=True)
-class PgOptions:
-    """onceonly's own options of a PostgreSQL URL (libpq would refuse them)."""
-
-    timeout: float = DEFAULT_TIMEOUT
-    transaction_pooled: bool = False
-
-
-def split_options(url: str) -> tuple[str, PgOptions]:
-    """The conninfo without onceonly's options (``timeout``, ``pool_mode``), and
-    those options. A key=value conninfo (not a URL) carries none: the defaults
-    apply, except that an RDS Proxy host implies ``pool_mode=transaction``."""
-    url = url.strip()
-    if "://" not in url:
-        return url, PgOptions(transaction_pooled=_behind_rds_proxy(url))
-    try:
-        parts = urlsplit(url)
-        options = parse_qsl(parts.query, keep_blank_values=True)
-    except ValueError as exc:
-        raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
-    given = dict(options)
-    mode = given.get(POOL_MODE_OPTION, "session")
-    if mode not in POOL_MODES:
-        # statement mode refuses transactions of more than one statement
-        raise ConfigError(f"PostgreSQL URL option {POOL_MODE_OPTION} must be one of {', '.join(POOL_MODES)}, "
-                          f"got {mode!r}")
-    # quote, not quote_plus: libpq does not read "+" as a space
-    driver_query = urlencode([(key, value) for key, value in options if key not in (TIMEOUT_OPTION, POOL_MODE_OPTION)],
-                             quote_via=quote)
-    conninfo = urlunsplit(parts._replace(query=driver_query))
-    return conninfo, PgOptions(timeout=timeout_from(given),
-                               transaction_pooled=mode == "transaction" or _behind_rds_proxy(conninfo))
-
-
-def _behind_rds_proxy(conninfo: str) -> bool:
-    try:
-        return is_rds_proxy_host(conninfo)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"malformed PostgreSQL URL: {exc}") from exc
+from .options import check_values, split_options
 
 
 def _sets_own_statement_timeout(conninfo: str) -> bool:
@@ -124,7 +76,7 @@ def _sets_own_statement_timeout(conninfo: str) -> bool:
 def bounded_conninfo(conninfo: str, timeout: float) -> str:
     """``conninfo`` plus the connect and TCP bounds it does not set (no startup
     ``options``: poolers refuse them). Raises ConfigError for a malformed one,
-    or a value libpq would refuse only when connecting (pg_options)."""
+    or a value libpq would refuse only when connecting (options.py)."""
     try:
         given = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
@@ -156,7 +108,7 @@ def bounded_pool(
     with fresh credentials: it is called once after an authentication failure
     (a rotated password) and the connection retried once. ``prepares=False``
     turns psycopg's prepared statements off whatever the URL declares (see
-    :func:`~onceonly.stores.pg_connection.prepare_threshold_for`). Raises
+    :func:`~onceonly.stores.postgres.connection.prepare_threshold_for`). Raises
     ConfigError for a malformed URL."""
     conninfo, options = split_options(url)
     half = options.timeout / 2

@@ -1,5 +1,5 @@
 """How the Redis store reaches its server: one node (``redis.Redis``) here, a
-cluster in ``redis_cluster.py``. Both send each script call exactly once (see
+cluster in ``cluster.py``. Both send each script call exactly once (see
 ``send_once``) and resend only when the server's reply proves the script did
 not run (NOSCRIPT, and on a cluster MOVED, ASK, TRYAGAIN, CLUSTERDOWN)."""
 
@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import redis
 from redis.exceptions import NoScriptError
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 
 class Nodes(Protocol):

@@ -20,11 +20,10 @@ import redis
 from redis.cluster import RedisCluster
 from redis.connection import parse_url
 
-from ..errors import ConfigError
-from .redis_cluster import ClusterNodes
-from .redis_nodes import Nodes, OneNode
+from ...errors import ConfigError
+from .cluster import ClusterNodes
+from .nodes import Nodes, OneNode
 
-CLUSTER_OPTION = "cluster"
 # redis-py's own name for a CA bundle file, passed through to every connection.
 CA_OPTION = "ssl_ca_certs"
 
@@ -33,7 +32,7 @@ def _check_tls(url: str) -> None:
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     ca_file = options.get(CA_OPTION)
-    if ca_file is None:  # with redis:// the option is refused already (redis_url)
+    if ca_file is None:  # with redis:// the option is refused already (options.py)
         return
     if not Path(ca_file).is_file():
         raise ConfigError(f"redis option {CA_OPTION}: no CA bundle file at {ca_file!r}")

@@ -1,6 +1,7 @@
-"""The options a Redis store URL accepts, in one table: onceonly's own (named by
-the store, which checks their values) and the redis-py options passed through,
-each checked here. Anything else, a bad value or a database path that is not a
+"""The options a Redis store URL accepts, in one table: onceonly's own
+(:data:`STORE_OPTIONS`, whose values the store checks with :func:`flag` and
+:func:`whole_number`) and the redis-py options passed through, each checked
+here. Anything else, a bad value or a database path that is not a
 number is a ConfigError naming it, raised by ``connect()``: redis-py would turn
 an unknown option into a TypeError on every call, and read ``/abc`` as
 database 0. docs/coordination.md, "Store URL options", lists them."""
@@ -8,10 +9,22 @@ database 0. docs/coordination.md, "Store URL options", lists them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError
+from ...errors import ConfigError
+from ..options import refuse_unknown
+from ..timeouts import TIMEOUT_OPTION
+
+STORE = "Redis"
+DEFAULT_PREFIX = "onceonly"
+DEFAULT_WAIT_TIMEOUT_MS = 1000
+ALLOW_EVICTION_OPTION = "allow_eviction"
+CLUSTER_OPTION = "cluster"
+# URL options onceonly reads itself (the store checks their values); the
+# driver's below go to redis-py.
+STORE_OPTIONS = ("prefix", TIMEOUT_OPTION, "wait_replicas", "wait_timeout_ms", ALLOW_EVICTION_OPTION, CLUSTER_OPTION)
+_BOOLEANS = {"1": True, "true": True, "0": False, "false": False}
 
 _FLAGS = {"1": "true", "true": "true", "yes": "true", "0": "false", "false": "false", "no": "false"}
 _DATABASE_PATH = re.compile(r"^/?(\d*)$")
@@ -78,25 +91,23 @@ TLS_OPTIONS: dict[str, Callable[[str], str]] = {
 }
 
 
-def split_url(url: str, store_options: Iterable[str]) -> tuple[str, dict[str, str]]:
+def split_url(url: str) -> tuple[str, dict[str, str]]:
     """The URL for redis-py (its options checked), and the store's own options
-    (``store_options``; their values are the store's to check). A repeated
-    option: the last one wins, for both."""
+    (:data:`STORE_OPTIONS`; their values are the store's to check, with
+    :func:`flag` and :func:`whole_number`). A repeated option: the last one
+    wins, for both. Any other option is refused."""
     try:
         parts = urlsplit(url)
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
     except ValueError as exc:
         raise ConfigError(f"malformed Redis URL: {exc}") from exc
-    own = set(store_options)
+    own = set(STORE_OPTIONS)
     accepted = {**DRIVER_OPTIONS, **(TLS_OPTIONS if parts.scheme.lower() == "rediss" else {})}
+    refuse_unknown(STORE, options, {*own, *accepted}, notes=dict.fromkeys(TLS_OPTIONS, " (only with rediss://)"))
     for name, raw in options.items():
         if name in own:
             continue
-        check = accepted.get(name)
-        if check is None:
-            tls = " (only with rediss://)" if name in TLS_OPTIONS else ""
-            raise ConfigError(f"unknown redis URL option {name!r}{tls}; accepted: "
-                              f"{', '.join(sorted([*own, *accepted]))}")
+        check = accepted[name]
         try:
             options[name] = check(raw)
         except ValueError as exc:
@@ -108,3 +119,28 @@ def split_url(url: str, store_options: Iterable[str]) -> tuple[str, dict[str, st
         raise ConfigError(f"redis URL must not have a #fragment, got {parts.fragment!r}")
     driver_query = urlencode([(name, value) for name, value in options.items() if name not in own])
     return urlunsplit(parts._replace(query=driver_query)), {k: v for k, v in options.items() if k in own}
+
+
+def flag(options: Mapping[str, str], name: str) -> bool:
+    """A store option that is on or off (off when absent)."""
+    raw = options.get(name)
+    if raw is None:
+        return False
+    value = _BOOLEANS.get(raw.strip().lower())
+    if value is None:
+        raise ConfigError(f"redis option {name} must be 1, true, 0 or false, got {raw!r}")
+    return value
+
+
+def whole_number(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    """A store option that is a whole number of at least ``minimum``."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise ConfigError(f"redis option {name} must be a whole number >= {minimum}, got {raw!r}")
+    return value
