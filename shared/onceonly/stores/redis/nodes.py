@@ -65,20 +65,23 @@ def send_once(pool: redis.ConnectionPool, commands: Sequence[tuple[Any, ...]]) -
 
 @contextmanager
 def tls_explained(tls: bool) -> Iterator[None]:
-    """A server certificate that does not verify is a ConfigError (no retry
-    helps); a TLS/plain mismatch keeps its StoreUnavailableError but says so."""
+    """A TLS/plain mismatch keeps its error but says which scheme to try. A
+    server certificate that does not verify passes unchanged: errors.translate
+    makes it a ConfigError (no retry helps)."""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         text = str(exc)
-        if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
-            raise ConfigError(
-                f"the Redis server's TLS certificate was not verified ({text}): give the CA bundle that signed"
-                " it with ssl_cert_reqs left on, e.g. rediss://HOST:PORT?ssl_ca_certs=/path/ca.pem"
-            ) from exc
+        if certificate_refused(text):
+            raise
         hint = ("; if the port does not speak TLS, use redis://" if tls else
                 "; if the port speaks TLS, use rediss://")
         raise type(exc)(text + hint) from exc
+
+
+def certificate_refused(text: str) -> bool:
+    """Whether a connection error's text says the server's certificate did not verify."""
+    return "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text
 
 
 def not_a_cluster_url(exc: Exception) -> ConfigError:
