@@ -4,7 +4,8 @@ that tools reading the table need. Importing this module imports boto3 (the
 ``dynamodb`` extra); ``import onceonly`` does not.
 
 - :data:`LEASE_PREFIX`, :data:`QUEUE_PREFIX`: how the hash key ``pk`` of a
-  lease's item (``lease#NAME``) and of a queue item (``q#QUEUE#ITEM_ID``) begin;
+  lease's item (``lease#NAME``) and of a queue item (``q#QUEUE#ITEM_ID``, the
+  queue's name url-quoted) begin;
 - :data:`MAX_CONCURRENT_WRITES`: requests one call sends at once (size a
   client's HTTP pool at twice that);
 - :data:`TTL_ATTRIBUTE`: the table's TTL attribute (epoch seconds)."""
