@@ -51,7 +51,7 @@ def test_every_script_file_documents_its_interface() -> None:
         source = script_file(name)
         header = source.split("\nlocal", 1)[0]
         for part in ("KEYS", "ARGV", "Returns", "Race closed"):
-            assert part in header, f"redis_{name}.lua header lacks {part}"
+            assert part in header, f"lua/{name}.lua header lacks {part}"
         assert not re.search(r"""['"]\w*:\{""", source), f"redis_{name}.lua builds a key name itself"
         assert SCRIPT_SOURCES[name] == script_file("common") + source  # the shared helpers come first
 

@@ -1,4 +1,4 @@
--- common: definitions prepended to every redis_<operation>.lua when it is
+-- common: definitions prepended to every lua/<operation>.lua when it is
 -- registered (Redis scripts cannot include one another).
 -- KEYS     none of its own
 -- ARGV     none of its own

@@ -1,4 +1,4 @@
--- Prepended to every script (redis.py), unless the store was told
+-- Prepended to every script (scripts.py), unless the store was told
 -- to allow eviction: refuses the call before it writes anything when the
 -- server's maxmemory-policy may evict keys. Read here, in the same atomic step
 -- as the write, because the policy can change on a running server (ElastiCache
