@@ -264,7 +264,7 @@ def test_a_signal_mid_run_leaves_no_process_behind(tmp_path: Path, signum: int, 
     with long_run_under_way(tmp_path, "--store", store) as proc:
         started = processes_started_for(tmp_path, root=proc.pid)
         commands = " ".join(" ".join(p.cmdline()) for p in started)
-        assert "postgres" in commands and stand_in in commands and "onceonly_cli.reaper" in commands, commands
+        assert "postgres" in commands and stand_in in commands and "onceonly_cli.testing.reaper" in commands, commands
         proc.send_signal(signum)
         code = proc.wait(timeout=60)
     assert code == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum)

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 import onceonly
-from onceonly_cli.redis_cluster import LocalCluster
-from onceonly_cli.servers import LocalServers
+from onceonly_cli.testing.redis_cluster import LocalCluster
+from onceonly_cli.testing.servers import LocalServers
 from tests.support.redis_servers import private_redis
 from tests.support.scratch import with_prefix
 

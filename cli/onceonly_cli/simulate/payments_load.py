@@ -50,7 +50,7 @@ from typing import Any
 
 import psycopg
 
-from ..fake_payments import random_account
+from ..testing.fake_payments import random_account
 from .billing_checks import due_day_end
 from .billing_load import SeededInvoice
 from .loadgen import CronJob

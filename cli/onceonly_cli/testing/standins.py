@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from .errors import CliError
+from ..errors import CliError
 from .servers import (
     DEFAULT_REDIS_URL,
     LocalServers,
