@@ -8,6 +8,7 @@ The Python entry is ``run(SimulationConfig(...)) -> Report``; the command line
 - runner: one run (or one per store, compared): stack, seed, drive, judge
 - stack, run_scope: the servers and the run's own database and store
 - functions, replica, replicas: the functions as pools of replica processes
+- events: SQS batches and EventBridge scheduled events, in AWS's shapes
 - loadgen, sqs_bridge, schedule, drain: the SQS and EventBridge stand-ins and when a run is done
 - tenants, webhook_load, billing_load, payments_load, recovery_load: what a run seeds and feeds
 - plan, *_checks: the domain invariants of the seeded scenarios

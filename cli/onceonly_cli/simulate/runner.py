@@ -259,7 +259,7 @@ def _drive(sim: SimulationConfig, console: Console, stack: Stack, env: dict[str,
         load.sample_retry_schedules(conn)
         load.enable_when_held(conn, retry_queue)
         # Read on every poll, not only at the end: a store that died mid-run
-        # stops the run here at once (one line, exit 1; see main.py).
+        # stops the run here at once (one line, exit 1: errors.expected_failure).
         retry_depth = retry_queue.depth().total
         progress.update(done_task, completed=total - unfinished)
         if driver.idle and driver.dead_letter_queue and not driver.redriven:
