@@ -27,8 +27,9 @@ def redrive_deliveries(database: str | None, store: str | None, delivery_ids: Se
         queue = ops.store.queue(ops.queue_name)
         done = []
         try:
-            if delivery_ids:
-                done = redrive(repo, queue, delivery_ids=list(delivery_ids), limit=len(delivery_ids))
+            if delivery_ids is not None:
+                if delivery_ids:
+                    done = redrive(repo, queue, delivery_ids=list(delivery_ids), limit=len(delivery_ids))
             else:
                 while batch := redrive(repo, queue, limit=BATCH):
                     done.extend(batch)
@@ -36,7 +37,7 @@ def redrive_deliveries(database: str | None, store: str | None, delivery_ids: Se
             raise missing_tables(exc) from None
         except (psycopg.Error, onceonly.OnceOnlyError) as exc:
             raise CliError(f"redrive failed: {str(exc).splitlines()[0]}") from None
-    if delivery_ids:
+    if delivery_ids is not None:
         missing = sorted(set(delivery_ids) - {item.delivery_id for item in done})
         if missing:
             raise CliError(f"not dead-lettered (or unknown): {', '.join(missing)}"
