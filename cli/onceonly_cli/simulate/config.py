@@ -10,9 +10,12 @@ from pathlib import Path
 class SimulationConfig:
     """A simulation's settings; the defaults are the command line's."""
 
-    database: str | None = None  # domain PostgreSQL URL (None: $DATABASE_URL, else an embedded one)
-    # coordination store: a URL, a keyword (postgresql, redis, dynamodb: a fresh
-    # local stand-in; redis-cluster; all: each keyword in turn), or None ($ONCEONLY_STORE_URL, else the database)
+    # A PostgreSQL server URL: each run creates a database of its own there, dropped
+    # at the end (None: an embedded PostgreSQL of the run's own).
+    database: str | None = None
+    # The coordination store: a URL (the run keeps to a prefix or table of its own),
+    # a keyword (postgresql, redis, dynamodb: a fresh local stand-in; redis-cluster;
+    # all: each of the first three in turn, compared), or None: the run's database.
     store: str | None = None
     events: int = 200  # webhook events to feed
     replicas: int = 4  # execution environments per function
