@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from onceonly_cli.servers import REPO_ROOT
+from onceonly_cli.local.project import project_root
 
 SECTION = "## Cold imports, per handler"
 TARGET_SECONDS = 0.5
@@ -58,9 +58,9 @@ def _env() -> dict[str, str]:
 
 def build_layers(directory: Path) -> dict[str, Path]:
     """``sam build`` of the template; the layer as built, and a copy without .pyc."""
-    sam = REPO_ROOT / ".venv-sam" / "bin" / "sam"
+    sam = project_root() / ".venv-sam" / "bin" / "sam"
     result = subprocess.run([str(sam) if sam.exists() else "sam", "build", "--build-dir", str(directory / "build"),
-                             "--cache-dir", str(directory / "cache")], cwd=REPO_ROOT, env=_env(),
+                             "--cache-dir", str(directory / "cache")], cwd=project_root(), env=_env(),
                             capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         raise RuntimeError(f"sam build failed: {result.stderr[-2000:]}")
@@ -72,7 +72,7 @@ def build_layers(directory: Path) -> dict[str, Path]:
 
 def import_seconds(handler: str, layer: Path) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one cold import of ``handler``'s module."""
-    result = subprocess.run(["python3.13", "-I", "-S", "-B", "-c", IMPORT, str(REPO_ROOT / "functions" / handler),
+    result = subprocess.run(["python3.13", "-I", "-S", "-B", "-c", IMPORT, str(project_root() / "functions" / handler),
                              str(layer)], env=_env(), capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"importing {handler} failed: {result.stderr[-2000:]}")

@@ -41,8 +41,8 @@ from bench.places import Places
 from bench.sizes import Sizes
 from onceonly_app.appdb.migrate import migrate
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
-from onceonly_cli.servers import REPO_ROOT
+from onceonly_cli.local.project import project_root
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 
 MODES = {"serial": 1, "concurrent": 10}  # WEBHOOK_MAX_IN_FLIGHT
 BATCH = 10  # records per SQS batch: the template's BatchSize
@@ -71,9 +71,9 @@ def _replica(env: dict[str, str], batches: list[dict[str, Any]], barrier: Any, r
     os.environ.update(env)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Powertools' EMF metrics, not wanted here
     from onceonly_app.appdb import clients
-    from onceonly_cli.lambda_runtime import LambdaContext, load_handler
+    from onceonly_cli.local.lambda_runtime import LambdaContext, load_handler
 
-    handler = load_handler(REPO_ROOT / "functions" / "webhook_dispatch", "app.handler")
+    handler = load_handler(project_root() / "functions" / "webhook_dispatch", "app.handler")
     clients.coordination_store().queue(env["WEBHOOK_QUEUE"]).depth()  # one round trip each, before the barrier
     with clients.db_pool().connection() as conn:
         conn.execute("SELECT 1")
@@ -97,7 +97,7 @@ def _replica(env: dict[str, str], batches: list[dict[str, Any]], barrier: Any, r
 
 def _batches(places: Places, receiver: WebhookReceiver, latency: float, count: int) -> list[dict[str, Any]]:
     """``count`` SQS batches, each record a new event for a subscription of its own."""
-    template = json.loads((REPO_ROOT / "events" / "webhook_dispatch.json").read_text())["Records"][0]
+    template = json.loads((project_root() / "events" / "webhook_dispatch.json").read_text())["Records"][0]
     batches = []
     with psycopg.connect(places.postgres_url, autocommit=True) as conn:
         for _ in range(count):

@@ -15,13 +15,13 @@ import psycopg
 import redis
 
 from bench.places import Places
-from onceonly_cli.servers import REPO_ROOT
+from onceonly_cli.local.project import project_root
 
 LIBRARIES = ("psycopg", "psycopg-pool", "redis", "boto3", "aws-lambda-powertools", "procrastinate")
 
 
 def _git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run(["git", *args], cwd=project_root(), capture_output=True, text=True, check=False)
     return done.stdout.strip()
 
 
@@ -30,7 +30,7 @@ def _changed() -> bool:
 
 
 def _dynalite_version() -> str:
-    package = REPO_ROOT / "node_modules" / "dynalite" / "package.json"
+    package = project_root() / "node_modules" / "dynalite" / "package.json"
     return str(json.loads(package.read_text())["version"]) if package.exists() else "unknown"
 
 

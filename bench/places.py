@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from onceonly_cli.scratch import redis_prefix, scratch_database, scratch_redis_prefix
-from onceonly_cli.servers import LocalServers
+from onceonly_cli.local.scratch import redis_prefix, scratch_database, scratch_redis_prefix
+from onceonly_cli.testing.servers import LocalServers
 
 
 @dataclass(frozen=True)

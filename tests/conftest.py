@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 import onceonly
-from onceonly_cli.redis_cluster import LocalCluster
-from onceonly_cli.servers import DEFAULT_POSTGRES_URL, LocalServers, ServerSetupError
+from onceonly_cli.testing.redis_cluster import LocalCluster
+from onceonly_cli.testing.servers import DEFAULT_POSTGRES_URL, LocalServers, ServerSetupError
 from tests.support.default_data import changes, fingerprint
 from tests.support.pgbouncer import PgBouncer, PgBouncerError
 from tests.support.scratch import delete_table, scratch_database, scratch_redis_prefix, with_prefix

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from onceonly.errors import OnceOnlyError
 
-from .servers import ServerSetupError
+from .local.project import ProjectNotFoundError
+from .testing.servers import ServerSetupError
 
 
 class CliError(Exception):
@@ -34,9 +35,9 @@ def read_user_file(path: Path, what: str, error: type[Exception] = CliError) -> 
 def expected_failure(exc: BaseException) -> str | None:
     """The one-line message of a failure the user can act on: a CliError, the
     coordination store or the domain database refusing or going away (also in
-    the middle of a run), a server that cannot start. None for anything else,
+    the middle of a run), a server that cannot start, no project folder. None for anything else,
     which is a bug and keeps its traceback."""
-    if isinstance(exc, (CliError, ServerSetupError, OnceOnlyError)):
+    if isinstance(exc, (CliError, ServerSetupError, ProjectNotFoundError, OnceOnlyError)):
         return _first_line(exc)  # onceonly's messages name the store and the operation
     # Only a process that imported psycopg can be failing inside it.
     psycopg = sys.modules.get("psycopg")

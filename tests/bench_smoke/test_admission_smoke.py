@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.admission import SMOKE, STORES, held_counts
-from onceonly_cli.servers import REPO_ROOT
+from tests.support import REPO_ROOT
 
 pytestmark = [pytest.mark.bench, pytest.mark.xdist_group("processes")]  # spawns processes
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from onceonly_cli.servers import REPO_ROOT
+from tests.support import REPO_ROOT
 
 pytestmark = [pytest.mark.bench, pytest.mark.xdist_group("processes")]  # spawns processes
 

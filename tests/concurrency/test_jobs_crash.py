@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import onceonly
-from onceonly_cli.fake_payments import FakePayments
+from onceonly_cli.testing.fake_payments import FakePayments
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import JobScope, drain_queue, make_scope, payments_env, sent_emails
 from tests.support.jobs_workers import Replicas, scheduled_event, wait_until_expired, wait_until_stopped

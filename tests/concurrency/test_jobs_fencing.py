@@ -17,7 +17,7 @@ import pytest
 
 import onceonly
 from onceonly_app.billing.payment_watcher import cursor_name
-from onceonly_cli.fake_payments import FakePayments
+from onceonly_cli.testing.fake_payments import FakePayments
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import drain_queue, make_scope, payments_env
 from tests.support.jobs_workers import Replicas, scheduled_event, wait_until_expired, wait_until_stopped

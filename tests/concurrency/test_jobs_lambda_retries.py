@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import onceonly
-from onceonly_cli.template import find_function
+from onceonly_cli.local.template import find_function
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import JobScope
 from tests.support.jobs_workers import CTX, REPO, Invocation, Replicas, scheduled_event, table_locked

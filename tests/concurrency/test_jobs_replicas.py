@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from onceonly_cli.fake_payments import FakePayments
+from onceonly_cli.testing.fake_payments import FakePayments
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import JobScope, drain_queue, payments_env, sent_emails
 from tests.support.jobs_workers import Replicas, scheduled_event

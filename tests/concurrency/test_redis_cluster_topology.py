@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import onceonly
-from onceonly_cli.redis_cluster import LocalCluster
-from onceonly_cli.servers import LocalServers
+from onceonly_cli.testing.redis_cluster import LocalCluster
+from onceonly_cli.testing.servers import LocalServers
 from tests.support.redis_cluster_ops import fail_over, migrate_slot, owner_port, redirects_seen, slot_of
 
 from . import cluster_workers

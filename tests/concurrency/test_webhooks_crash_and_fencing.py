@@ -27,7 +27,7 @@ import pytest
 import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import ReceivedRequest, Reply, WebhookReceiver
+from onceonly_cli.testing.receiver import ReceivedRequest, Reply, WebhookReceiver
 from tests.concurrency.race import CTX, read_histories
 from tests.support.webhook_workers import kill_mid_request, kill_when, lone_worker
 from tests.support.webhooks import (

@@ -26,7 +26,7 @@ import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_limits import DEFER_RETENTION, semaphore_name
-from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, ReceivedRequest, WebhookReceiver
 from tests.concurrency.race import CTX, run_workers
 from tests.support.held_deliveries import held_subscription, new_tenant
 from tests.support.webhooks import (
@@ -52,7 +52,7 @@ def _loop_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str
     is set), as overlapping schedules would."""
     import os
 
-    from onceonly_cli.lambda_runtime import LambdaContext, close_function_clients, load_handler
+    from onceonly_cli.local.lambda_runtime import LambdaContext, close_function_clients, load_handler
     from tests.concurrency.race import BARRIER_TIMEOUT, History
     from tests.support import REPO_ROOT
     from tests.support.function_clients import open_function_clients

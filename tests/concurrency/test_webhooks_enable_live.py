@@ -21,7 +21,7 @@ import pytest
 
 import onceonly
 from onceonly_app.webhooks import subscriptions
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import CTX, run_workers
 from tests.support.held_deliveries import held_subscription
 from tests.support.webhooks import UNLIMITED, deliveries, drive_retries, lambda_env, new_id, webhook_env
@@ -44,7 +44,7 @@ def _live_worker(worker_no: int, barrier: Any, history_path: Path, env: dict[str
     receiver got its first request (``sending`` is set)."""
     import os
 
-    from onceonly_cli.lambda_runtime import LambdaContext, close_function_clients, load_handler
+    from onceonly_cli.local.lambda_runtime import LambdaContext, close_function_clients, load_handler
     from tests.concurrency.race import BARRIER_TIMEOUT, History
     from tests.support import REPO_ROOT
     from tests.support.function_clients import open_function_clients

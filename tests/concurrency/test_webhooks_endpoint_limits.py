@@ -20,8 +20,8 @@ import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, semaphore_name
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from onceonly_cli.simulate.subscription_checks import max_open
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import run_workers
 from tests.conftest import BACKENDS
 from tests.support.held_deliveries import held_subscription

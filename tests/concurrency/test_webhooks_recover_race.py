@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import run_workers
 from tests.support.recovery_workers import recover_race_worker
 from tests.support.subscription_fixtures import add_subscription

@@ -18,7 +18,7 @@ import pytest
 import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import run_workers
 from tests.support.webhook_workers import dispatch_worker, retry_worker
 from tests.support.webhooks import (

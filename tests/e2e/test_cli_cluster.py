@@ -14,7 +14,7 @@ import redis
 from psycopg import sql
 
 import onceonly
-from onceonly_cli.redis_cluster import LocalCluster
+from onceonly_cli.testing.redis_cluster import LocalCluster
 from tests.support.scratch import with_prefix
 
 from .cli_support import run_cli

@@ -17,9 +17,9 @@ import pytest
 from psycopg import sql
 
 import onceonly
-from onceonly_cli.fake_payments import FakePayments
-from onceonly_cli.receiver import WebhookReceiver
-from onceonly_cli.template import find_function, function_ids, load_template
+from onceonly_cli.local.template import find_function, function_ids, load_template
+from onceonly_cli.testing.fake_payments import FakePayments
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.support.cfn_response import ResponseUrl
 from tests.support.scratch import scratch_database
 

@@ -16,11 +16,11 @@ import redis
 from rich.console import Console
 
 import onceonly
-from onceonly_cli.history import read, summarize
-from onceonly_cli.selftest import run_selftest
-from onceonly_cli.selftest_command import render
-from onceonly_cli.selftest_targets import PREFIX
-from onceonly_cli.selftest_worker import Plan
+from onceonly_cli.local.selftest import run_selftest
+from onceonly_cli.local.selftest_session import render
+from onceonly_cli.local.selftest_targets import PREFIX
+from onceonly_cli.local.selftest_worker import Plan
+from onceonly_cli.testing.history import read, summarize
 from tests.support.racy_store import RacyStore
 from tests.support.scratch import delete_prefix, delete_table, scratch_database, scratch_redis_prefix, with_prefix
 

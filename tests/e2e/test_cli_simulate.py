@@ -26,6 +26,8 @@ import psycopg
 import pytest
 import redis
 
+from onceonly_cli import simulate
+from onceonly_cli.simulate import SimulationConfig
 from onceonly_cli.simulate.recovery_load import FAILING_EVENTS, RECOVER_EVENTS
 from onceonly_cli.simulate.webhook_checks import HOSTILE_RETRY_AFTER
 from onceonly_cli.simulate.webhook_load import GONE_EVENTS, MISADDRESSED_EVENTS, TRICKLE_EVENTS
@@ -264,7 +266,7 @@ def test_a_signal_mid_run_leaves_no_process_behind(tmp_path: Path, signum: int, 
     with long_run_under_way(tmp_path, "--store", store) as proc:
         started = processes_started_for(tmp_path, root=proc.pid)
         commands = " ".join(" ".join(p.cmdline()) for p in started)
-        assert "postgres" in commands and stand_in in commands and "onceonly_cli.reaper" in commands, commands
+        assert "postgres" in commands and stand_in in commands and "onceonly_cli.testing.reaper" in commands, commands
         proc.send_signal(signum)
         code = proc.wait(timeout=60)
     assert code == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum)
@@ -363,20 +365,32 @@ def test_store_all_runs_the_same_workload_on_every_store(all_run: SimulateRun) -
     assert not processes_under(all_run.tmp), "simulate left processes running"
 
 
+@contextmanager
+def environment_kept() -> Iterator[None]:
+    """This process's environment as it was, whatever the block changed in it."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def test_two_runs_on_one_database_server_and_store_never_meet(
         postgres_url: str, redis_url: str, tmp_path: Path) -> None:
     """Ticks are today's: what keeps runs apart is a database and a key prefix of
-    each run's own on the given servers, removed when the run ends."""
+    each run's own on the given servers, removed when the run ends. Through
+    simulate's Python entry: nothing here is about the command line."""
     def sim_databases() -> set[str]:
         with psycopg.connect(postgres_url) as conn:
             return {r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'onceonly_sim_%'")}
 
     run_ids = []
-    for seed in ("3", "3"):  # the same seed twice: the same ticks, events and payments
-        result = run_cli("simulate", "--json", "--events", "10", "--crash-rate", "0", "--seed", seed,
-                         "--database", postgres_url, "--store", redis_url, env=isolated_env(tmp_path), timeout=240)
-        report = json.loads(result.stdout)
-        assert result.returncode == 0, [i for i in report["invariants"] if not i["ok"]]
+    for seed in (3, 3):  # the same seed twice: the same ticks, events and payments
+        with environment_kept():  # simulate.run puts dummy AWS credentials in this process's environment
+            report = simulate.run(SimulationConfig(database=postgres_url, store=redis_url, events=10,
+                                                   crash_rate=0, seed=seed, log_dir=tmp_path / f"logs-{seed}")).data
+        assert report["ok"], [i for i in report["invariants"] if not i["ok"]]
         assert report["config"]["database"] == "external" and report["config"]["store"] == "redis"
         assert all(t["statuses"].get("ran") == 1 for t in report["cron"]["ticks"])  # not skipped as done
         run_ids.append(report["config"]["run_id"])

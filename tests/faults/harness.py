@@ -1,7 +1,7 @@
 """Run one fault scenario: put the items, start the workers (tests/faults/worker.py)
 together, inject faults episode after episode while they work, restart every
 worker that died, stop once every item is acked and every tick completed, then
-judge the history with the one checker (onceonly_cli.history) and the
+judge the history with the one checker (onceonly_cli.testing.history) and the
 receiver's log of webhooks. The result is a plain dict: the test asserts on it
 and the soak writes it to the results file the table is rendered from."""
 
@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 import onceonly
 from onceonly.scheduled import tick_lock_name
-from onceonly_cli.history import HistoryWriter, read, summarize
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.history import HistoryWriter, read, summarize
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import CTX
 from tests.support.recorded_store import RecordedStore
 

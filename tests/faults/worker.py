@@ -32,7 +32,7 @@ from standardwebhooks import Webhook
 import onceonly
 from onceonly import Claim
 from onceonly.scheduled import SCHEDULED_DETAIL_TYPE, SCHEDULED_SOURCE, Tick, scheduled
-from onceonly_cli.history import HistoryWriter
+from onceonly_cli.testing.history import HistoryWriter
 from tests.support.recorded_store import RecordedStore
 
 BACKOFF_BASE = 0.05

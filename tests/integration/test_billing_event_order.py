@@ -18,7 +18,7 @@ import onceonly
 from onceonly_app.billing import webhook_events
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
-from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, drain_queue
 from tests.support.webhooks import context, lambda_env, message, new_id, sqs_event, subscribe

@@ -18,7 +18,7 @@ import onceonly
 from onceonly_app.billing import overdue, payment_watcher, recurring
 from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.payments_api import PaymentsClient
-from onceonly_cli.fake_payments import FakePayments, random_account
+from onceonly_cli.testing.fake_payments import FakePayments, random_account
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, drain_queue, new_id
 from tests.support.jobs_inprocess import run_tick

@@ -1,7 +1,7 @@
 """dynalite 4.0.0 ends its whole process when a client dies mid-request
 (``req.on('error', e => { throw e })``: "Error: aborted"), which took every later
 DynamoDB test down with it. LocalServers starts it through
-cli/onceonly_cli/dynalite_launcher.js, which keeps serving.
+cli/onceonly_cli/testing/dynalite_launcher.js, which keeps serving.
 
 The client is a child process that sends the headers and part of the body of a
 large BatchWriteItem and is SIGKILLed while the server waits for the rest: a
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import onceonly
-from onceonly_cli.servers import REPO_ROOT, LocalServers, free_port
+from onceonly_cli.testing.servers import LocalServers, free_port
+from tests.support import REPO_ROOT
 
 KILLS = 3
 # Headers of a 2 MB BatchWriteItem, and its first 256 KB; the rest never comes.

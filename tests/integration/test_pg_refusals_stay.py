@@ -12,7 +12,7 @@ import time
 import pytest
 
 import onceonly
-from onceonly_cli.scratch import create_database, drop_database
+from onceonly_cli.local.scratch import create_database, drop_database
 from tests.support.pgbouncer import PgBouncer
 from tests.support.refusals import set_up_once_seen
 

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 import onceonly
-from onceonly_cli.redis_cluster import LocalCluster
-from onceonly_cli.servers import LocalServers
+from onceonly_cli.testing.redis_cluster import LocalCluster
+from onceonly_cli.testing.servers import LocalServers
 from tests.support.redis_servers import private_redis
 from tests.support.scratch import with_prefix
 
@@ -165,7 +165,7 @@ def test_a_node_whose_port_was_taken_before_it_bound_starts_again_on_new_ports(
     """Another process (a test worker starting its own servers) takes the port
     free_port picked for a node before the node binds it: the node exits, and
     the cluster starts it again on new ports instead of failing."""
-    from onceonly_cli import redis_cluster as module
+    from onceonly_cli.testing import redis_cluster as module
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import onceonly
-from onceonly_cli.redis_cluster import LocalCluster, Tls
-from onceonly_cli.servers import LocalServers, free_port, redis_server_binary, wait_for_port
+from onceonly_cli.testing.redis_cluster import LocalCluster, Tls
+from onceonly_cli.testing.servers import LocalServers, free_port, redis_server_binary, wait_for_port
 from tests.support.tls_ca import make_ca, server_tls
 
 

@@ -24,8 +24,8 @@ from onceonly_app.webhooks.limits import MAX_PAYLOAD_BYTES, MAX_RESPONSE_BYTES, 
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_app.webhooks.ssrf import check_target
-from onceonly_cli.receiver import WebhookReceiver
-from onceonly_cli.template import load_template
+from onceonly_cli.local.template import load_template
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.support import REPO_ROOT
 from tests.support.webhooks import (
     context,

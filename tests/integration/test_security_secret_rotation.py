@@ -6,6 +6,7 @@ only the new secret verifies."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import onceonly
 from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
 from onceonly_app.webhooks.rotation import MAX_PREVIOUS, UnknownSubscriptionError, rotate_secret
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import ReceivedRequest, WebhookReceiver
+from onceonly_cli.testing.receiver import ReceivedRequest, WebhookReceiver
 from tests.concurrency.race import BARRIER_TIMEOUT, History, run_workers
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.webhooks import context, create_subscription, lambda_env, message, new_id, sqs_event, webhook_env
@@ -104,15 +105,18 @@ def test_rotating_an_unknown_subscription_is_an_error(repo: Any) -> None:
 def test_the_rotate_secret_command_prints_the_new_secret_and_keeps_the_old_one(webhook_db: str) -> None:
     old = new_secret()
     webhook_id = create_subscription(webhook_db, "https://hooks.example.com/cli", old)
-    result = run_cli("rotate-secret", webhook_id, "--database", webhook_db, "--overlap", "600")
+    result = run_cli("subscriptions", "rotate-secret", webhook_id, "--database", webhook_db, "--overlap", "600",
+                     "--json")
     assert result.returncode == 0, result.stderr
-    new = result.stdout.strip()
+    printed = json.loads(result.stdout)
+    new = printed["secret"]
     assert new.startswith("whsec_") and new != old and new not in result.stderr
+    assert printed["overlap"] == 600
     with psycopg.connect(webhook_db) as conn:
         secret, previous = conn.execute(
             "SELECT secret, previous_secrets FROM webhook_subscriptions WHERE id = %s", (webhook_id,)).fetchone()
     assert (secret, [p["secret"] for p in previous]) == (new, [old])
-    unknown = run_cli("rotate-secret", new_id("no-such-webhook"), "--database", webhook_db)
+    unknown = run_cli("subscriptions", "rotate-secret", new_id("no-such-webhook"), "--database", webhook_db)
     assert unknown.returncode == 1 and "unknown subscription" in one_line_error(unknown)
 
 

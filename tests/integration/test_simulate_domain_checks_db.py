@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from onceonly_app.appdb.migrate import migrate
-from onceonly_cli.scratch import scratch_database
+from onceonly_cli.local.scratch import scratch_database
 from onceonly_cli.simulate.billing_checks import billing_invariants
 from onceonly_cli.simulate.payment_checks import SeededPayment, payment_invariants
 from onceonly_cli.simulate.recovery_load import RecoveryScenario

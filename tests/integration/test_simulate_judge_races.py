@@ -23,9 +23,9 @@ from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
 from onceonly_app.webhooks.messages import DeliveryRequest
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.service import WebhookService
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from onceonly_cli.simulate.report import MAX_CASES, Invariant
 from onceonly_cli.simulate.webhook_checks import attempted_while_disabled, judge_held
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.support.subscription_fixtures import add_subscription
 from tests.support.webhooks import new_id
 

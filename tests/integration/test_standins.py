@@ -12,8 +12,8 @@ import redis
 
 import onceonly
 from onceonly_cli.errors import CliError
-from onceonly_cli.servers import DEFAULT_REDIS_URL, LocalServers
-from onceonly_cli.standins import existing_store, start_standin, store_keyword
+from onceonly_cli.testing.servers import DEFAULT_REDIS_URL, LocalServers
+from onceonly_cli.testing.standins import existing_store, start_standin, store_keyword
 
 
 def _answers(url: str) -> bool:

@@ -23,8 +23,8 @@ from onceonly_app.appdb.schema import apply_schema
 from onceonly_app.appdb.store_identity import MARKER, identify, location
 from onceonly_app.appdb.store_switch import StackConflictError, stack_of
 from onceonly_app.billing.payment_watcher import cursor_name
-from onceonly_cli.fake_payments import FakePayments
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.fake_payments import FakePayments
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import run_workers
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support import jobs_data as data

@@ -18,7 +18,7 @@ import pytest
 
 import onceonly
 from onceonly_app.webhooks.endpoint_limits import semaphore_name
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.support.webhooks import (
     context,
     lambda_env,

@@ -13,7 +13,7 @@ import pytest
 from onceonly_app.webhooks.attempts import UnknownDeliveryError, attempt_history
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.subscriptions import UnknownSubscriptionError
-from onceonly_cli.receiver import Reply, WebhookReceiver
+from onceonly_cli.testing.receiver import Reply, WebhookReceiver
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.subscription_fixtures import add_subscription
 from tests.support.webhooks import context, deliveries, drive_retries, lambda_env, message, new_id, sqs_event

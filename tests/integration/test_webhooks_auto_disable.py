@@ -37,7 +37,7 @@ from onceonly_app.webhooks.endpoint_health import (
 from onceonly_app.webhooks.messages import DeliveryRequest
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.service import WebhookService
-from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, ReceivedRequest, WebhookReceiver
 from tests.e2e.cli_support import run_cli
 from tests.support.jobs_helpers import aws_client, sent_emails
 from tests.support.jobs_inprocess import run_tick

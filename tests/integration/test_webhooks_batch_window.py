@@ -17,7 +17,7 @@ import pytest
 
 import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.support.webhooks import (
     context,
     deliveries,

@@ -27,7 +27,7 @@ from onceonly.errors import StoreUnavailableError
 from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
 from onceonly_app.webhooks.dispatch_batch import outage_visibility
 from onceonly_app.webhooks.sender import SendResult, WebhookSender
-from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, Reply, WebhookReceiver
 from tests.support.jobs_helpers import aws_client
 from tests.support.webhooks import (
     attempts,

@@ -19,7 +19,7 @@ from typing import Any
 import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.support.function_clients import open_function_clients
 from tests.support.webhooks import (
     attempts,

@@ -22,7 +22,7 @@ import pytest
 import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_limits import HELD_BACK_DELAY, Admission, EndpointGate
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.support.webhooks import (
     attempts,
     context,

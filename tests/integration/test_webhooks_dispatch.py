@@ -8,7 +8,7 @@ import json
 import onceonly
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.support.webhooks import (
     attempts,
     context,

@@ -20,7 +20,7 @@ from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_settings import MAX_HEADERS, request_headers
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_app.webhooks.subscriptions import InvalidSubscriptionError
-from onceonly_cli.receiver import Reply, WebhookReceiver
+from onceonly_cli.testing.receiver import Reply, WebhookReceiver
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.subscription_fixtures import LOCAL, add_subscription
 from tests.support.webhooks import (
@@ -248,9 +248,9 @@ def test_the_cli_sets_headers_and_secrets_and_prints_the_secret_audited(
     assert done.returncode != 0 and "24-64 bytes" in one_line_error(done)
     done = run_cli("subscriptions", "update", webhook_id, "--header", "Host: evil.test", *base)
     assert done.returncode != 0 and "cannot be overridden" in one_line_error(done)
-    rotated = new_secret()  # the top-level rotate-secret takes a supplied secret too
-    done = run_cli("rotate-secret", webhook_id, "--secret", rotated, "--database", webhook_db)
-    assert done.returncode == 0 and done.stdout.strip() == rotated, done.stderr
+    rotated = new_secret()
+    done = run_cli("subscriptions", "rotate-secret", webhook_id, "--secret", rotated, *base)
+    assert done.returncode == 0 and json.loads(done.stdout)["secret"] == rotated, done.stderr
     assert subscription(webhook_db, webhook_id)["secret"] == rotated
     assert [row["action"] for row in _audit(conn, webhook_id)] == ["add", "secret-read", "configure",
                                                                    "rotate-secret"]

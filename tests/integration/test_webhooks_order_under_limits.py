@@ -17,7 +17,7 @@ import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_limits import semaphore_name
-from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.support.held_deliveries import LOCAL, held_subscription, new_tenant
 from tests.support.webhooks import context, deliveries, drive_retries, lambda_env, new_id, sqs_event, webhook_env
 

@@ -17,7 +17,7 @@ import pytest
 import onceonly
 from onceonly_app.webhooks import recovery, subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
-from onceonly_cli.receiver import Reply, WebhookReceiver
+from onceonly_cli.testing.receiver import Reply, WebhookReceiver
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.subscription_fixtures import add_subscription
 from tests.support.webhooks import (

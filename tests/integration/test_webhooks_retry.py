@@ -18,7 +18,7 @@ from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
 from onceonly_app.webhooks.messages import DeliveryRequest
 from onceonly_app.webhooks.redrive import list_dead, redrive
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, Reply, WebhookReceiver
 from tests.support.webhooks import (
     TENANT,
     attempts,

@@ -24,7 +24,7 @@ from onceonly_app.billing import overdue, webhook_events
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.subscriptions import InvalidSubscriptionError
-from onceonly_cli.receiver import Reply, WebhookReceiver
+from onceonly_cli.testing.receiver import Reply, WebhookReceiver
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support import jobs_data
 from tests.support.jobs_inprocess import run_tick

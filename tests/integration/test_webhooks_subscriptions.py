@@ -23,8 +23,8 @@ from onceonly_app.billing import webhook_events
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import SQL, delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.lambda_runtime import Handler
-from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
+from onceonly_cli.local.lambda_runtime import Handler
+from onceonly_cli.testing.receiver import Behaviour, Reply, WebhookReceiver
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.webhook_fixtures import migrated_before
 from tests.support.webhooks import (

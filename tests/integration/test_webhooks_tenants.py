@@ -24,8 +24,8 @@ from onceonly_app.billing.payments_api import PaymentsClient
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.fake_payments import FakePayments
-from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.testing.fake_payments import FakePayments
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, drain_queue
 from tests.support.jobs_inprocess import run_tick

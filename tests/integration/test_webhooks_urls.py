@@ -23,7 +23,7 @@ from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret, signed_headers
 from onceonly_app.webhooks.ssrf import check_target
 from onceonly_app.webhooks.subscriptions import InvalidSubscriptionError
-from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.held_deliveries import LOCAL, new_tenant
 from tests.support.webhooks import attempts, context, deliveries, lambda_env, message, new_id, sqs_event

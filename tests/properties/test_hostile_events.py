@@ -36,9 +36,9 @@ from onceonly.scheduled import InvalidEventError, tick_lock_name
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.dispatch_batch import MalformedBatchError
 from onceonly_app.webhooks.messages import MalformedMessageError
-from onceonly_cli.fake_payments import FakePayments
-from onceonly_cli.lambda_runtime import LambdaContext, load_handler
-from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.local.lambda_runtime import LambdaContext, load_handler
+from onceonly_cli.testing.fake_payments import FakePayments
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.support import REPO_ROOT
 from tests.support.built_schema_function import source_custom_resource
 from tests.support.cfn_response import ResponseUrl

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from onceonly_cli.servers import DEFAULT_POSTGRES_URL, postgres_reachable
+from onceonly_cli.testing.servers import DEFAULT_POSTGRES_URL, postgres_reachable
 
 USER_TABLES = """
 SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -9,7 +9,7 @@ import psycopg
 
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 
 from .webhooks import context, deliveries, lambda_env, message, new_id, sqs_event
 

@@ -118,7 +118,7 @@ def ledger_read(conn: psycopg.Connection[Any], poller: str, until: datetime | st
     """The payment watcher ``poller`` has read the ledger up to ``until`` (default:
     all of it) on the feed of ``tenant``'s receiving account (one is added if
     the tenant has none), so the overdue job is not held back by it."""
-    from onceonly_cli.fake_payments import random_account
+    from onceonly_cli.testing.fake_payments import random_account
 
     account = conn.execute("SELECT account_id FROM payment_accounts WHERE tenant_id = %s ORDER BY 1 LIMIT 1",
                            (tenant,)).fetchone()

@@ -13,7 +13,7 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.appdb.migrate import migrate
-from onceonly_cli.fake_payments import FakePayments
+from onceonly_cli.testing.fake_payments import FakePayments
 
 from .jobs_helpers import JobScope, aws_client, make_scope
 from .jobs_workers import Replicas

@@ -54,7 +54,7 @@ def invoke_in_child(n: int, barrier: Any, history_path: Path, invocation: Invoca
     """The child's body (module-level so that spawn can import it)."""
     os.environ.update(invocation.env)
     from onceonly_cli.job_scope import scope_billing_jobs
-    from onceonly_cli.lambda_runtime import LambdaContext, close_function_clients, load_handler
+    from onceonly_cli.local.lambda_runtime import LambdaContext, close_function_clients, load_handler
 
     scope_billing_jobs(tenant=invocation.tenant, job=invocation.job)
     if pause_at:

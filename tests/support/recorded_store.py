@@ -1,4 +1,4 @@
-"""A store wrapper that writes every call into a history (onceonly_cli.history):
+"""A store wrapper that writes every call into a history (onceonly_cli.testing.history):
 an ``invoke`` line before the call, then ``ok`` (granted / accepted), ``fail``
 (refused) or ``fail`` with an error (outcome unknown). A process killed inside
 a call leaves only the ``invoke``: the history shows where it died.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from onceonly import Claim, Lease, LeaseLostError, Queue, QueueDepth, Store
-from onceonly_cli.history import HistoryWriter, Op
+from onceonly_cli.testing.history import HistoryWriter, Op
 
 
 def _guard(op: Op, call: Any) -> Any:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from onceonly_cli.lambda_runtime import LambdaContext, close_function_clients
+from onceonly_cli.local.lambda_runtime import LambdaContext, close_function_clients
 
 from .function_clients import open_function_clients
 from .webhook_workers import _handler

@@ -1,4 +1,4 @@
-"""Topology changes on a local Redis Cluster (onceonly_cli/redis_cluster.py),
+"""Topology changes on a local Redis Cluster (onceonly_cli/testing/redis_cluster.py),
 as an operator or ElastiCache makes them while clients run:
 
 - a slot migrated live: ``CLUSTER SETSLOT … IMPORTING/MIGRATING``, the keys
@@ -17,7 +17,7 @@ import time
 
 import redis
 
-from onceonly_cli.redis_cluster import ClusterNodeProcess, LocalCluster
+from onceonly_cli.testing.redis_cluster import ClusterNodeProcess, LocalCluster
 
 SETTLE_TIMEOUT = 30.0
 REDIRECTS = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")

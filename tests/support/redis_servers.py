@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis
 
-from onceonly_cli.servers import free_port, redis_server_binary, wait_for_port
+from onceonly_cli.testing.servers import free_port, redis_server_binary, wait_for_port
 
 SYNC_TIMEOUT = 20.0
 

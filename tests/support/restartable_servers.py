@@ -18,7 +18,8 @@ from typing import Any
 
 import psycopg
 
-from onceonly_cli.servers import DYNALITE_LAUNCHER, REPO_ROOT, free_port, redis_server_binary, wait_for_port
+from onceonly_cli.testing.servers import DYNALITE_LAUNCHER, free_port, redis_server_binary, wait_for_port
+from tests.support import REPO_ROOT
 
 
 class Restartable:

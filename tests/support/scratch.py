@@ -1,7 +1,7 @@
 """Scratch space on a shared server for the tests: the CLI's own helpers
-(onceonly_cli/scratch.py), so tests and `onceonly simulate` isolate runs alike."""
+(onceonly_cli/local/scratch.py), so tests and `onceonly simulate` isolate runs alike."""
 
-from onceonly_cli.scratch import (
+from onceonly_cli.local.scratch import (
     delete_prefix,
     delete_table,
     scratch_database,

@@ -14,7 +14,7 @@ import pytest
 import onceonly
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.receiver import Behaviour, WebhookReceiver
+from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 
 from .webhooks import UNLIMITED, new_id, webhook_env
 

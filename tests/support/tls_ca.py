@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from onceonly_cli.redis_cluster import Tls
+from onceonly_cli.testing.redis_cluster import Tls
 
 
 def _openssl(*args: str) -> None:

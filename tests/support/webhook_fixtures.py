@@ -10,7 +10,7 @@ import pytest
 
 import onceonly
 from onceonly_app.appdb.migrate import MIGRATIONS_DIR, migrate
-from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.testing.receiver import WebhookReceiver
 
 from .scratch import scratch_database
 from .webhooks import new_id, webhook_env

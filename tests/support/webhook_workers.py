@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onceonly_cli.lambda_runtime import LambdaContext, close_function_clients, load_handler
+from onceonly_cli.local.lambda_runtime import LambdaContext, close_function_clients, load_handler
 
 from . import REPO_ROOT
 from .function_clients import open_function_clients
@@ -21,7 +21,7 @@ from .webhooks import scheduled_event
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from onceonly_cli.receiver import ReceivedRequest, WebhookReceiver
+    from onceonly_cli.testing.receiver import ReceivedRequest, WebhookReceiver
 
 def _handler(function: str, env: dict[str, str]) -> Any:
     os.environ.update(env)

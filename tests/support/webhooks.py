@@ -16,8 +16,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from onceonly_app.webhooks.signing import new_secret
-from onceonly_cli.lambda_runtime import Handler, LambdaContext, load_handler
-from onceonly_cli.receiver import Behaviour, ReceivedRequest, WebhookReceiver
+from onceonly_cli.local.lambda_runtime import Handler, LambdaContext, load_handler
+from onceonly_cli.testing.receiver import Behaviour, ReceivedRequest, WebhookReceiver
 
 from . import REPO_ROOT
 

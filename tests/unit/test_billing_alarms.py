@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from onceonly_cli.template import load_template
+from onceonly_cli.local.template import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import onceonly
 from onceonly_app.billing.assets import AcceptedAssets, Asset
 from onceonly_app.billing.config import PaymentWatcherSettings
 from onceonly_app.billing.money import due_money, format_money, to_minor
-from onceonly_cli.fake_payments import random_account
+from onceonly_cli.testing.fake_payments import random_account
 
 ISSUER = random_account()
 

@@ -16,7 +16,7 @@ import requests
 
 from onceonly_app.billing.assets import Asset
 from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
-from onceonly_cli.fake_payments import FakePayments, random_account
+from onceonly_cli.testing.fake_payments import FakePayments, random_account
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 import onceonly
 from onceonly_cli import main as cli_main
 from onceonly_cli.errors import CliError
-from onceonly_cli.servers import ServerSetupError
+from onceonly_cli.testing.servers import ServerSetupError
 
 COMMANDS = [
     ["simulate"],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from onceonly_cli.template import Intrinsic, TemplateError, find_function, function_ids, load_template
+from onceonly_cli.local.template import Intrinsic, TemplateError, find_function, function_ids, load_template
 
 TEMPLATE = """
 Parameters:

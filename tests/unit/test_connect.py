@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_cli.servers import free_port
+from onceonly_cli.testing.servers import free_port
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from onceonly_cli.template import Intrinsic, load_template
+from onceonly_cli.local.template import Intrinsic, load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"

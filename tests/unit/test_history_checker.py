@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from onceonly_cli.history import HistoryWriter, check, read, summarize
+from onceonly_cli.testing.history import HistoryWriter, check, read, summarize
 
 _ids = count(1)
 

@@ -14,10 +14,10 @@ from collections import Counter
 import pytest
 
 from onceonly_app.webhooks.signing import new_secret, signed_headers
-from onceonly_cli.receiver import WebhookReceiver
 from onceonly_cli.simulate.report import DeliveryFacts, build_report
 from onceonly_cli.simulate.webhook_checks import judge_tenants, requests_of
 from onceonly_cli.simulate.webhook_load import tally_receiver
+from onceonly_cli.testing.receiver import WebhookReceiver
 
 TENANT = "tenant-a"
 MSG_ID = "msg_cut"

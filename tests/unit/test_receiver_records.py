@@ -10,7 +10,7 @@ from onceonly_app.budget import Budget
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret, signed_headers
 from onceonly_app.webhooks.ssrf import check_target
-from onceonly_cli.receiver import Reply, WebhookReceiver
+from onceonly_cli.testing.receiver import Reply, WebhookReceiver
 
 LOCAL = {"127.0.0.1"}
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from onceonly_cli.local.template import TemplateError, source_queue
 from onceonly_cli.simulate.loadgen import Driver, Message
 from onceonly_cli.simulate.replicas import Invocation, InvocationResult
 from onceonly_cli.simulate.report import DeliveryFacts, EffectCheck, build_report
-from onceonly_cli.template import TemplateError, source_queue
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from onceonly_cli.receiver import ReceivedRequest
 from onceonly_cli.simulate.billing_checks import (
     judge_due_days,
     judge_exactly_paid,
@@ -34,6 +33,7 @@ from onceonly_cli.simulate.webhook_checks import (
     judge_tenants,
     judge_trickle,
 )
+from onceonly_cli.testing.receiver import ReceivedRequest
 
 LAST_TICK = datetime(2040, 3, 15, 2, 0, tzinfo=UTC)  # the overdue job's last tick: 11:00 on the 15th in Tokyo
 ISSUER, OTHER_ISSUER = "G" + "A" * 55, "G" + "B" * 55

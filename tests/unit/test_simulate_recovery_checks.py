@@ -4,8 +4,8 @@ breaks on a bad one."""
 
 from __future__ import annotations
 
-from onceonly_cli.receiver import ReceivedRequest
 from onceonly_cli.simulate.recovery_checks import judge_recover
+from onceonly_cli.testing.receiver import ReceivedRequest
 
 RECOVERED_AT = 100.0
 IDS = {"msg_1", "msg_2"}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from onceonly_cli.simulate.command import cron_ticks
+from onceonly_cli.local.template import schedule_expression
 from onceonly_cli.simulate.functions import CRON_JOBS, simulated_functions
+from onceonly_cli.simulate.runner import cron_ticks
 from onceonly_cli.simulate.schedule import recent_ticks
-from onceonly_cli.template import schedule_expression
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 NOW = datetime(2026, 12, 1, 10, 7, 42, 123456, tzinfo=UTC)

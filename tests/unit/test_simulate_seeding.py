@@ -13,11 +13,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from onceonly_cli.local.template import schedule_expression
 from onceonly_cli.simulate.billing_checks import due_day_end
 from onceonly_cli.simulate.billing_load import billed_periods, local_due_at
 from onceonly_cli.simulate.schedule import recent_ticks
 from onceonly_cli.simulate.tenants import PROFILES
-from onceonly_cli.template import schedule_expression
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from onceonly_cli.receiver import ReceivedRequest
 from onceonly_cli.simulate.subscription_checks import judge_caps, judge_filters, judge_nothing_lost, max_open
+from onceonly_cli.testing.receiver import ReceivedRequest
 
 TYPES = {"invoice.paid", "invoice.overdue"}
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import onceonly
-from onceonly_cli.servers import free_port
+from onceonly_cli.testing.servers import free_port
 
 PORT = free_port()
 PG = f"postgresql://postgres@127.0.0.1:{PORT}/db"

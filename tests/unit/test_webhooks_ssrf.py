@@ -22,7 +22,7 @@ from onceonly_app.budget import Budget
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret, signed_headers
 from onceonly_app.webhooks.ssrf import UnresolvableHostError, UnsafeTargetError, check_target
-from onceonly_cli.receiver import WebhookReceiver
+from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.support.trickle import TrickleProxy
 
 REAL_GETADDRINFO = socket.getaddrinfo

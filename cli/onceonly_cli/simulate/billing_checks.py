@@ -1,7 +1,7 @@
 """The billing scenarios the report judges beyond exactly-once, from the
 database after the run: no invoice went overdue before its due day ended in its
 tenant's time zone, no paused period was billed, no overdue e-mail went out
-for an invoice already paid, and issue 18's scenarios: an invoice paid exactly
+for an invoice already paid, and the money edge cases: an invoice paid exactly
 by sub-cent parts is paid and not dunned, a zero invoice is never overdue, and
 an invoice paid on time while the payments API was down across the overdue run
 is not overdue. read_* read, judge_* decide (the tests feed them a bad state)."""

@@ -14,7 +14,7 @@ Seeded per tenant (tenants.py), to be judged by billing_checks.py:
   UTC (Tokyo); at other hours no instant of that local day could (its local
   day began after the tick's UTC day), and the run checks only that it stays
   open;
-- the scenarios of issue 18, each judged on its own: a zero invoice (settled
+- the money edge cases, each judged on its own: a zero invoice (settled
   when issued, never overdue); an invoice paid exactly by sub-cent parts
   before its due day ended ("sub-cent"); and one paid on the day before the
   last tick's local day while the payments API is down across the overdue

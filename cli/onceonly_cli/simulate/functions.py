@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import CliError
-from ..template import FunctionSpec, TemplateError, find_function, function_ids, load_template
+from ..local.template import FunctionSpec, TemplateError, find_function, function_ids, load_template
 
 DISPATCH = "WebhookDispatchFunction"
 RETRY = "WebhookRetryFunction"

@@ -20,7 +20,7 @@ Each tenant has a receiving account of its own. Per tenant the API holds:
   payment whose invoice's amount is then reduced to what was paid, before the
   overdue run (the change settles it, with invoice.paid).
 
-And the scenarios of issue 18: the sub-cent invoice is paid by parts of
+And the money edge cases: the sub-cent invoice is paid by parts of
 fractions of a cent that add up exactly (5.005 + 2.5025 + 2.5025 = 10.01), on
 time; the outage invoice is paid in full on its due day, ten minutes before
 the day ends.
@@ -50,7 +50,7 @@ from typing import Any
 
 import psycopg
 
-from ..fake_payments import random_account
+from ..testing.fake_payments import random_account
 from .billing_checks import due_day_end
 from .billing_load import SeededInvoice
 from .loadgen import CronJob

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..receiver import ReceivedRequest
+from ..testing.receiver import ReceivedRequest
 from .report import Invariant
 from .webhook_checks import TOLERANCE, attempted_while_disabled
 

@@ -59,7 +59,7 @@ class RecoveryScenario:
         from onceonly_app.webhooks.deliveries import delivery_id_for
         from onceonly_app.webhooks.endpoint_health import ENDPOINT_DISABLED
 
-        from ..receiver import Behaviour
+        from ..testing.receiver import Behaviour
 
         self.tenant = f"sim-{self.run_id}-ops"
         self.aborting, self.failing = f"sim-{self.run_id}-abort", f"sim-{self.run_id}-failing"

@@ -26,8 +26,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..lambda_runtime import LambdaContext, close_function_clients, load_handler
-from .breakage import install_if_requested
+from ..local.lambda_runtime import LambdaContext, close_function_clients, load_handler
+from ..testing.breakage import install_if_requested
 from .metrics_capture import MetricsCapturingStdout
 
 FUNCTIONS_VAR = "ONCEONLY_SIMULATE_FUNCTIONS"

@@ -9,10 +9,45 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 BUCKET_SECONDS = 1.0
+INVARIANT_BROKEN = 3  # the exit code of a run whose report is not ok
 LATENCY_BINS = 20
+
+
+@dataclass(frozen=True)
+class Report:
+    """What simulate.run returns: one run's report, or with ``--store all`` the
+    comparison of one run per store (``comparison``), as JSON-able ``data``."""
+
+    data: dict[str, Any]
+    comparison: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Every invariant held (in every run compared)."""
+        return bool(self.data["ok"])
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else INVARIANT_BROKEN
+
+    def html(self) -> str:
+        """A self-contained HTML page with charts."""
+        from .html_report import render_comparison_html, render_html
+
+        return (render_comparison_html if self.comparison else render_html)(self.data)
+
+    def print(self, console: Console) -> None:
+        """Tables for a terminal."""
+        from .comparison import print_comparison
+        from .report_text import print_report
+
+        (print_comparison if self.comparison else print_report)(self.data, console)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from ..errors import CliError
-from ..scratch import (
+from ..local.scratch import (
     create_database,
     delete_prefix,
     delete_table,
@@ -23,7 +23,7 @@ from ..scratch import (
     with_prefix,
     with_table,
 )
-from ..stores import redact
+from ..local.stores import redact
 
 Closer = Callable[[], None]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CliError
-from ..scratch import redis_cluster_url
-from ..servers import LocalServers, ServerSetupError
-from ..standins import start_standin, store_keyword
-from ..stores import check_database, migrate_database, open_store
+from ..local.scratch import redis_cluster_url
+from ..local.stores import check_database, migrate_database, open_store
+from ..testing.servers import LocalServers, ServerSetupError
+from ..testing.standins import start_standin, store_keyword
 from .run_scope import run_database, run_store
 
 
@@ -50,8 +50,8 @@ class Stack:
 def start_stack(database: str | None, store: str | None, run_id: str) -> Stack:
     """``store``: None or ``postgresql`` (the run's database), ``redis`` or
     ``dynamodb`` (a fresh local stand-in), or a URL; narrowed to the run either way."""
-    from ..fake_payments import FakePayments
-    from ..receiver import WebhookReceiver
+    from ..testing.fake_payments import FakePayments
+    from ..testing.receiver import WebhookReceiver
 
     servers = LocalServers()
     work = servers.tempdir("onceonly-simulate-")  # replica logs; removed with the servers

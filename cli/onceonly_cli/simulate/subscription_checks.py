@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from ..receiver import ReceivedRequest
+from ..testing.receiver import ReceivedRequest
 from .report import Invariant
 
 FINISHED = frozenset({"succeeded", "dead"})

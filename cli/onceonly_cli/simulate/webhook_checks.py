@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ..receiver import ReceivedRequest
+from ..testing.receiver import ReceivedRequest
 from .report import Invariant
 from .subscription_checks import judge_caps, judge_filters, judge_nothing_lost
 

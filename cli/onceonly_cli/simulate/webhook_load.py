@@ -106,7 +106,7 @@ class WebhookLoad:
     def seed(self, database_url: str, receiver: Any, latency: float, failure_rate: float) -> None:
         """Ordinary subscriptions for every tenant (slow and flaky as asked), and
         the hostile and trickling ones, scripted per delivery in messages()."""
-        from ..receiver import Behaviour
+        from ..testing.receiver import Behaviour
 
         with psycopg.connect(database_url, autocommit=True) as conn:
             for n, tenant in enumerate(self.tenants):
@@ -180,7 +180,7 @@ class WebhookLoad:
         """``count`` ordinary events and the scenario events as SQS messages, with
         duplicates mixed in: the same message delivered twice (SQS
         at-least-once) or the event sent again."""
-        from ..receiver import Reply
+        from ..testing.receiver import Reply
 
         stream: list[Message] = []
         for i in range(count):

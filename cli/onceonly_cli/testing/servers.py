@@ -1,6 +1,6 @@
 """Local servers for development, tests and `onceonly simulate`: reuse a running
 PostgreSQL/Redis on 127.0.0.1, or start an embedded one; start dynalite (the
-DynamoDB-compatible server that locks each key) from the repo's node_modules.
+DynamoDB-compatible server that locks each key) from the project's node_modules.
 
 Every server binds 127.0.0.1 only. Whatever is started here is stopped by
 ``LocalServers.stop()`` (and at interpreter exit), and by a watcher process
@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..local.project import ProjectNotFoundError, project_root
 from .reaper import Reaper
 
 if TYPE_CHECKING:
     from .redis_cluster import LocalCluster, Tls
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DYNALITE_LAUNCHER = Path(__file__).with_name("dynalite_launcher.js")
+DYNALITE_LAUNCHER = Path(__file__).with_name("dynalite_launcher.js")  # package data, shipped beside this module
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 EMBEDDED_POSTGRES_ATTEMPTS = 2
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -84,9 +84,17 @@ def dynalite_paths() -> tuple[str, Path]:
     node = shutil.which("node")
     if node is None:
         raise ServerSetupError("node not found: install Node.js 18+ to run dynalite (the DynamoDB stand-in)")
-    module = Path(os.environ.get("ONCEONLY_DYNALITE_MODULE") or REPO_ROOT / "node_modules" / "dynalite")
+    if os.environ.get("ONCEONLY_DYNALITE_MODULE"):
+        module = Path(os.environ["ONCEONLY_DYNALITE_MODULE"])
+    else:
+        try:
+            root = project_root()
+        except ProjectNotFoundError as exc:
+            raise ServerSetupError(f"dynalite: {exc} (or set ONCEONLY_DYNALITE_MODULE)") from None
+        module = root / "node_modules" / "dynalite"
     if not (module / "package.json").exists():
-        raise ServerSetupError(f"dynalite not found at {module}: run `npm ci` in {REPO_ROOT} (needs Node.js 18+)")
+        where = "the project folder" if os.environ.get("ONCEONLY_DYNALITE_MODULE") else module.parents[1]
+        raise ServerSetupError(f"dynalite not found at {module}: run `npm ci` in {where} (needs Node.js 18+)")
     return node, module
 
 

@@ -6,29 +6,30 @@ another stack). Idempotent."""
 
 from __future__ import annotations
 
-import argparse
-
 import onceonly
 
-from .errors import CliError
+from ..errors import CliError
 from .stores import check_database, redact, resolve_targets
 
 
-def migrate_command(args: argparse.Namespace) -> int:
+def migrate(database: str | None, store: str | None, *, repair: bool = False, stack: str | None = None) -> int:
+    """Migrate ``database`` and set up ``store`` (None: $DATABASE_URL and
+    $ONCEONLY_STORE_URL, the store defaulting to the database); ``repair``:
+    repair the store even if it looks unchanged; ``stack``: hand the database
+    over to this CloudFormation stack id."""
     import psycopg
 
     from onceonly_app.appdb.schema import apply_schema
     from onceonly_app.appdb.store_switch import stack_of
 
-    targets = resolve_targets(args.database, args.store, servers=None)
+    targets = resolve_targets(database, store, servers=None)
     check_database(targets.database_url)
-    stack = getattr(args, "stack", None)
     if stack is not None and ":stack/" not in stack:
         raise CliError(f"--stack needs a CloudFormation stack id (arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/…), "
                        f"got {stack!r}")
     try:
         report = apply_schema(targets.database_url, targets.store_url, stack=stack_of(stack),
-                              force_repair=getattr(args, "repair", False), hand_over=stack is not None)
+                              force_repair=repair, hand_over=stack is not None)
     except psycopg.Error as exc:
         raise CliError(f"migrating {redact(targets.database_url)} failed: {_first_line(exc)}") from None
     except onceonly.OnceOnlyError as exc:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import CliError, read_user_file
+from ..errors import CliError, read_user_file
 from .template import FunctionSpec, TemplateError, find_function
 
 # Set by the Lambda runtime; handlers and Powertools read some of them.
@@ -87,7 +87,7 @@ def run_function(spec: FunctionSpec, event_path: Path, env: dict[str, str]) -> I
     """Invoke once in a child process; kill it when the template's Timeout passes."""
     with tempfile.TemporaryDirectory(prefix="onceonly-invoke-") as tmp:
         result_path = Path(tmp) / "result.json"
-        args = [sys.executable, "-m", "onceonly_cli.invoke_child", str(spec.code_dir), spec.handler,
+        args = [sys.executable, "-m", "onceonly_cli.local.invoke_child", str(spec.code_dir), spec.handler,
                 spec.logical_id, str(spec.timeout), str(spec.memory_mb), str(event_path), str(result_path)]
         # stdin: a pipe only this process holds open; the child ends when it reads EOF (this process died).
         child = subprocess.Popen(args, env=env, stdin=subprocess.PIPE)

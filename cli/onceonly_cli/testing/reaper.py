@@ -1,7 +1,7 @@
 """The stand-ins' watcher: stops what a process started when that process dies
 without stopping it (SIGKILL, the OOM killer), so that no server is orphaned.
 
-The parent starts one watcher (``python -m onceonly_cli.reaper``) with a pipe
+The parent starts one watcher (``python -m onceonly_cli.testing.reaper``) with a pipe
 as its stdin; only the parent holds the pipe's write end, so the watcher reads
 EOF the moment the parent is gone, however it died. Over the pipe, the parent
 names what to stop, one line each:
@@ -38,7 +38,7 @@ class Reaper:
 
     def __init__(self) -> None:
         read_end, write_end = os.pipe()
-        self._proc = subprocess.Popen([sys.executable, "-m", "onceonly_cli.reaper"], stdin=read_end,
+        self._proc = subprocess.Popen([sys.executable, "-m", "onceonly_cli.testing.reaper"], stdin=read_end,
                                       stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         os.close(read_end)
         os.set_inheritable(write_end, False)  # no later child may hold the parent's end open

@@ -68,6 +68,6 @@ def close_function_clients() -> None:
     """The container's shutdown: close the clients the reference app's handlers
     built at module scope (its database pool and coordination store). A process
     that ran handlers calls this before it exits: on Python 3.13 an unclosed
-    psycopg pool can hang interpreter shutdown (psycopg#930, #954)."""
+    psycopg pool's worker threads can hang interpreter shutdown."""
     if "onceonly_app.appdb.clients" in sys.modules:  # no handler ran: nothing was built
         sys.modules["onceonly_app.appdb.clients"].reset()

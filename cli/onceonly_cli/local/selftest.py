@@ -16,7 +16,7 @@ from pathlib import Path
 
 import onceonly
 
-from .history import HistoryWriter, Summary, read, summarize
+from ..testing.history import HistoryWriter, Summary, read, summarize
 from .selftest_worker import Plan, ack_batch, claim_batch, work
 
 StoreFactory = Callable[[], onceonly.Store]  # picklable (it is sent to spawned workers)

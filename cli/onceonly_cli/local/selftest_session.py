@@ -1,4 +1,4 @@
-"""`onceonly selftest`: a bounded multi-process race against the user's own
+"""One `onceonly selftest` session: a bounded multi-process race against the user's own
 store, judged by the history checker; exit code 1 on any violation.
 
 It writes only under a run prefix of its own and removes it afterwards
@@ -8,7 +8,6 @@ that data, but a selftest is load on a store the user's functions rely on."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import tempfile
@@ -20,8 +19,8 @@ from rich.table import Table
 
 import onceonly
 
+from ..errors import CliError
 from . import selftest_targets as targets
-from .errors import CliError
 from .selftest import SelftestResult, run_selftest
 from .selftest_worker import Plan
 from .stores import open_store, redact
@@ -29,22 +28,27 @@ from .stores import open_store, redact
 SHOWN_VIOLATIONS = 10
 
 
-def selftest_command(args: argparse.Namespace) -> int:
-    url = args.store or os.environ.get("ONCEONLY_STORE_URL")
+def run_session(store_url: str | None, *, procs: int, items: int, seconds: float, yes: bool = False,
+                history: Path | None = None) -> int:
+    """Race ``procs`` processes over ``items`` queue items on ``store_url``
+    (None: $ONCEONLY_STORE_URL) for at most ``seconds``, print the verdict; 1 on
+    a violation. ``yes``: run even where the store holds other onceonly data;
+    ``history``: where to keep the operation history (default: a temporary file)."""
+    url = store_url or os.environ.get("ONCEONLY_STORE_URL")
     if not url:
         raise CliError("no store: pass --store URL (postgresql://, redis:// or dynamodb://) "
                        "or set ONCEONLY_STORE_URL")
-    if args.procs < 2:
+    if procs < 2:
         raise CliError("--procs must be at least 2: a race needs two processes")
     if targets.scheme(url) not in ("postgresql", "redis", "dynamodb"):
         raise CliError(f"bad store URL {redact(url)!r}: expected postgresql://, redis:// or dynamodb://")
-    plan = Plan(targets.new_prefix(), procs=args.procs, items=args.items, seconds=args.seconds)
-    store_url = targets.run_url(url, plan.prefix)
+    plan = Plan(targets.new_prefix(), procs=procs, items=items, seconds=seconds)
+    run_url = targets.run_url(url, plan.prefix)
     # Connect (and set up, idempotently) first: an unreachable store fails here
     # in one clear line. Where data would be refused, the tables exist already.
-    store = open_store(store_url, setup=True)
+    store = open_store(run_url, setup=True)
     other = targets.other_data(url)
-    if other and not args.yes:
+    if other and not yes:
         store.close()
         raise CliError(f"{redact(url)} holds other onceonly data ({other}); the selftest writes only "
                        f"under its own {targets.PREFIX}… names and removes them, but it loads the store: "
@@ -52,12 +56,12 @@ def selftest_command(args: argparse.Namespace) -> int:
     console = Console()
     console.print(f"selftest on {redact(url)}: {plan.procs} processes, {plan.items} items, "
                   f"up to {plan.seconds:g} s, names under {plan.prefix}")
-    history = args.history or Path(tempfile.mkdtemp(prefix="onceonly-selftest-")) / "history.jsonl"
+    history = history or Path(tempfile.mkdtemp(prefix="onceonly-selftest-")) / "history.jsonl"
     try:
-        result = run_selftest(functools.partial(onceonly.connect, store_url), plan, history)
+        result = run_selftest(functools.partial(onceonly.connect, run_url), plan, history)
     finally:
         try:
-            targets.cleanup(store_url, store, plan)
+            targets.cleanup(run_url, store, plan)
         finally:
             store.close()
     render(result, console)

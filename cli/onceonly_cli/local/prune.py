@@ -7,12 +7,10 @@ expires the records itself and DynamoDB deletes them by TTL."""
 
 from __future__ import annotations
 
-import argparse
-
 import onceonly
 from onceonly.postgres import PostgresStore
 
-from .errors import CliError
+from ..errors import CliError
 from .ops import existing_targets
 from .stores import open_store, redact
 
@@ -22,20 +20,21 @@ SELF_EXPIRING = {
 }
 
 
-def prune_command(args: argparse.Namespace) -> int:
-    _, store_url = existing_targets(args.database, args.store)
-    store = open_store(store_url, setup=False)
+def prune(database: str | None, store: str | None, batch: int) -> int:
+    """Delete expired tick records, ``batch`` per statement; print how many."""
+    _, store_url = existing_targets(database, store)
+    opened = open_store(store_url, setup=False)
     try:
-        if not isinstance(store, PostgresStore):
-            print(f"{SELF_EXPIRING[getattr(store, 'kind', '')]}: nothing to prune in {redact(store_url)}")
+        if not isinstance(opened, PostgresStore):
+            print(f"{SELF_EXPIRING[getattr(opened, 'kind', '')]}: nothing to prune in {redact(store_url)}")
             return 0
         total = 0
         try:
-            while pruned := store.prune_expired(args.batch):
+            while pruned := opened.prune_expired(batch):
                 total += pruned
         except onceonly.OnceOnlyError as exc:
             raise CliError(f"prune stopped after {total} records: {str(exc).splitlines()[0]}") from None
         print(f"pruned {total} expired tick records from {redact(store_url)}")
         return 0
     finally:
-        store.close()
+        opened.close()

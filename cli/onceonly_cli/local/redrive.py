@@ -3,7 +3,7 @@ fresh retry schedule (onceonly_app.webhooks.redrive does the work; this is the w
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Sequence
 
 import psycopg
 from rich.console import Console
@@ -11,23 +11,25 @@ from rich.table import Table
 
 import onceonly
 
-from .errors import CliError
+from ..errors import CliError
 from .ops import missing_tables, open_ops
 
 BATCH = 100
 
 
-def redrive_command(args: argparse.Namespace) -> int:
+def redrive_deliveries(database: str | None, store: str | None, delivery_ids: Sequence[str] | None) -> int:
+    """Re-queue the dead deliveries ``delivery_ids`` (None: every dead one); print them."""
     from onceonly_app.webhooks.deliveries import DeliveryRepository
     from onceonly_app.webhooks.redrive import redrive
 
-    with open_ops(args.database, args.store) as ops:
+    with open_ops(database, store) as ops:
         repo = DeliveryRepository(ops.pool)
         queue = ops.store.queue(ops.queue_name)
         done = []
         try:
-            if args.delivery:
-                done = redrive(repo, queue, delivery_ids=list(args.delivery), limit=len(args.delivery))
+            if delivery_ids is not None:
+                if delivery_ids:
+                    done = redrive(repo, queue, delivery_ids=list(delivery_ids), limit=len(delivery_ids))
             else:
                 while batch := redrive(repo, queue, limit=BATCH):
                     done.extend(batch)
@@ -35,8 +37,8 @@ def redrive_command(args: argparse.Namespace) -> int:
             raise missing_tables(exc) from None
         except (psycopg.Error, onceonly.OnceOnlyError) as exc:
             raise CliError(f"redrive failed: {str(exc).splitlines()[0]}") from None
-    if args.delivery:
-        missing = sorted(set(args.delivery) - {item.delivery_id for item in done})
+    if delivery_ids is not None:
+        missing = sorted(set(delivery_ids) - {item.delivery_id for item in done})
         if missing:
             raise CliError(f"not dead-lettered (or unknown): {', '.join(missing)}"
                            + (f"; re-driven: {len(done)}" if done else ""))

@@ -11,9 +11,9 @@ from typing import Any
 
 import onceonly
 
-from .errors import CliError
-from .servers import DEFAULT_POSTGRES_URL
-from .standins import existing_store, store_keyword
+from ..errors import CliError
+from ..testing.servers import DEFAULT_POSTGRES_URL
+from ..testing.standins import existing_store, store_keyword
 from .stores import check_database, open_store
 
 DEFAULT_QUEUE = "webhook-retries"

@@ -5,7 +5,6 @@ cursor each one fences."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from datetime import UTC, datetime
@@ -20,7 +19,7 @@ import onceonly
 from onceonly.scheduled import tick_lock_name
 from onceonly_app.billing.payment_watcher import poller_lease_name
 
-from .errors import CliError
+from ..errors import CliError
 from .ops import Ops, missing_tables, open_ops
 
 DEAD_SHOWN = 20
@@ -188,8 +187,10 @@ def render(status: dict[str, Any], console: Console) -> None:
     console.print(leases)
 
 
-def status_command(args: argparse.Namespace) -> int:
-    with open_ops(args.database, args.store) as ops:
+def show_status(database: str | None, store: str | None, *, as_json: bool = False) -> int:
+    """Print the status of ``database`` and ``store`` (None: the defaults of
+    ops.existing_targets) as tables, or as JSON for scripts."""
+    with open_ops(database, store) as ops:
         try:
             status = collect(ops)
         except psycopg.errors.UndefinedTable as exc:
@@ -198,7 +199,7 @@ def status_command(args: argparse.Namespace) -> int:
             raise CliError(f"database error: {str(exc).splitlines()[0]}") from None
         except onceonly.OnceOnlyError as exc:
             raise CliError(f"store error: {str(exc).splitlines()[0]}") from None
-    if args.json:
+    if as_json:
         print(json.dumps(status, indent=2, sort_keys=True))
     else:
         render(status, Console())

@@ -1,6 +1,6 @@
 """The child side of `onceonly invoke`: one Lambda invocation in a fresh process.
 
-Usage (internal): python -m onceonly_cli.invoke_child CODE_DIR HANDLER FUNCTION TIMEOUT MEMORY EVENT RESULT
+Usage (internal): python -m onceonly_cli.local.invoke_child CODE_DIR HANDLER FUNCTION TIMEOUT MEMORY EVENT RESULT
 
 The handler's prints and logs go to stderr (as in ``sam local invoke``); the
 response, or a Lambda-style error object, is written to the RESULT file.

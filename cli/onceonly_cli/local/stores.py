@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import onceonly
 
-from .errors import CliError
-from .servers import LocalServers, ServerSetupError
-from .standins import check_standin, start_standin, store_keyword
+from ..errors import CliError
+from ..testing.servers import LocalServers, ServerSetupError
+from ..testing.standins import check_standin, start_standin, store_keyword
 
 PING_NAME = "onceonly-cli:ping"
 

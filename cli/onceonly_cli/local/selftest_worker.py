@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import onceonly
 from onceonly import Claim, Queue
 
-from .history import HistoryWriter, Op
+from ..testing.history import HistoryWriter, Op
 
 BARRIER_TIMEOUT = 120.0
 CLAIM_BATCH = 5

@@ -1,19 +1,16 @@
-"""`onceonly simulate`: stack up, seed, start the replicas, drive them until all
-work is finished, judge, report. Ctrl-C (or any error) stops every replica and
-server it started before returning."""
+"""One simulation (simulate.run): stack up, seed, start the replicas, drive them
+until all work is finished, judge, report. Ctrl-C (or any error) stops every
+replica and server it started before returning."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import secrets
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -25,21 +22,21 @@ from onceonly.scheduled import tick_lock_name
 from onceonly_app.webhooks.config import WebhookConfig
 
 from ..errors import CliError
-from ..servers import REPO_ROOT, ServerSetupError, check_embedded_postgres
-from ..standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, check_standin, store_keyword
-from ..stores import redact
-from ..template import QueueSettings, TemplateError, schedule_expression, source_queue
+from ..local.project import template_path
+from ..local.stores import redact
+from ..local.template import QueueSettings, TemplateError, schedule_expression, source_queue
+from ..testing.servers import ServerSetupError, check_embedded_postgres
+from ..testing.standins import ALL, DUMMY_AWS_CREDENTIALS, KEYWORDS, check_standin, store_keyword
 from .billing_load import TICKS_PER_JOB, BillingLoad, verify_ses_sender
-from .comparison import build_comparison, print_comparison
+from .comparison import build_comparison
+from .config import SimulationConfig
 from .drain import DrainWatch
 from .functions import CRON_JOBS, DISPATCH, RETRY, simulated_functions
-from .html_report import render_comparison_html, render_html
 from .loadgen import Driver
 from .payments_load import PaymentsLoad
 from .plan import RETRY_AFTER_CAP, RETRY_SCHEDULE, Plan, domain_invariants, scenarios
 from .replicas import FunctionPools, ReplicaStartError
-from .report import build_report
-from .report_text import print_report
+from .report import Report, build_report
 from .schedule import recent_ticks
 from .sqs_bridge import SqsBridge
 from .stack import Stack, start_stack
@@ -51,7 +48,6 @@ from .webhook_load import WebhookLoad
 BILLING_JOBS = ("OverdueInvoicesFunction", "RecurringBillingFunction", "NotificationsFunction")
 WATCHER = "PaymentWatcherFunction"
 
-INVARIANT_BROKEN = 3
 POLL_EVERY = 0.5  # seconds between database checks of what is still unfinished
 CONNECT_TIMEOUT = 0.5
 CLAIM_BATCH = 2
@@ -99,31 +95,34 @@ def replica_env(stack: Stack, specs: dict[str, Any], extra: dict[str, str]) -> d
     return env
 
 
-def simulate_command(args: argparse.Namespace) -> int:
-    _refuse_aws(args.store)
+def run(sim: SimulationConfig) -> Report:
+    """Run the simulation ``sim`` asks for (with ``store="all"``, one per store
+    kind, compared) and judge it. CliError for what the user can fix (a missing
+    server, an unreachable database), before any work where it can be told."""
+    _refuse_aws(sim.store)
     # Never real AWS: this process sets up the store and reads it with dummy credentials too.
     os.environ.update(DUMMY_AWS_CREDENTIALS)
     os.environ.pop("AWS_PROFILE", None)
-    seed = args.seed if args.seed is not None else secrets.randbits(32)
+    seed = sim.seed if sim.seed is not None else secrets.randbits(32)
     console = Console(stderr=True)
-    specs = {fid: spec for fid, spec in simulated_functions(REPO_ROOT / "template.yaml").items()
+    specs = {fid: spec for fid, spec in simulated_functions(template_path()).items()
              if fid in (DISPATCH, RETRY, WATCHER, *BILLING_JOBS)}
     queue = dispatch_queue()
-    _check_preconditions(args)
-    if store_keyword(args.store) == ALL:
+    _check_preconditions(sim)
+    if store_keyword(sim.store) == ALL:
         reports = []
         for kind in KEYWORDS:
             console.rule(f"store: {kind}")
-            reports.append(run_simulation(args, kind, seed, specs, queue, console))
-        return _publish(args, build_comparison(reports, seed), render_comparison_html, print_comparison)
-    return _publish(args, run_simulation(args, args.store, seed, specs, queue, console), render_html, print_report)
+            reports.append(run_simulation(sim, kind, seed, specs, queue, console))
+        return Report(build_comparison(reports, seed), comparison=True)
+    return Report(run_simulation(sim, sim.store, seed, specs, queue, console))
 
 
-def _check_preconditions(args: argparse.Namespace) -> None:
+def _check_preconditions(sim: SimulationConfig) -> None:
     """Everything every run needs, checked before the first one starts: one
     line with its fix (CliError), not a failure after minutes of work."""
-    keyword = store_keyword(args.store)
-    if args.database is None:
+    keyword = store_keyword(sim.store)
+    if sim.database is None:
         try:
             check_embedded_postgres()
         except ServerSetupError as exc:
@@ -136,46 +135,34 @@ def dispatch_queue() -> QueueSettings:
     """The dispatcher's SQS queue as template.yaml declares it: the simulated
     SQS parks a message after the same maxReceiveCount."""
     try:
-        return source_queue(REPO_ROOT / "template.yaml", DISPATCH)
+        return source_queue(template_path(), DISPATCH)
     except TemplateError as exc:
         raise CliError(str(exc)) from None
 
 
-def _publish(args: argparse.Namespace, result: dict[str, Any], html: Callable[[dict[str, Any]], str],
-             text: Callable[[dict[str, Any], Console], None]) -> int:
-    """The report (or comparison) as --report HTML, then JSON or tables; the exit code."""
-    if args.report:
-        _write(args.report, html(result))
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
-    else:
-        text(result, Console())
-    return 0 if result["ok"] else INVARIANT_BROKEN
-
-
-def run_simulation(args: argparse.Namespace, store: str | None, seed: int, specs: dict[str, Any],
+def run_simulation(sim: SimulationConfig, store: str | None, seed: int, specs: dict[str, Any],
                    queue: QueueSettings, console: Console) -> dict[str, Any]:
     """One run on ``store`` (a keyword, a URL or None), everything it started
     stopped and everything it wrote removed before it returns its report."""
     rng = random.Random(seed)
     run_id = secrets.token_hex(3)
-    config = {"events": args.events, "replicas": args.replicas, "receiver_latency": args.receiver_latency,
-              "failure_rate": args.failure_rate, "crash_rate": args.crash_rate, "seed": seed, "run_id": run_id,
+    config = {"events": sim.events, "replicas": sim.replicas, "receiver_latency": sim.receiver_latency,
+              "failure_rate": sim.failure_rate, "crash_rate": sim.crash_rate, "seed": seed, "run_id": run_id,
               "sqs_max_receives": queue.max_receives, "sqs_visibility_timeout": queue.visibility_timeout}
     with ExitStack() as cleanup:
         with console.status("starting the stack (PostgreSQL, the store, receiver, payments API, moto)…"):
-            stack = start_stack(args.database, store, run_id)
+            stack = start_stack(sim.database, store, run_id)
         cleanup.callback(stack.close)
         config.update(store=stack.store_kind, store_url=redact(stack.store_url),
                       database="embedded" if stack.embedded_database else "external")
-        plan = _seed(args, stack, rng, run_id, specs, cleanup)
-        env = replica_env(stack, specs, webhook_settings(args.receiver_latency, plan.retry_queue))
-        env.update(plan.billing.env(), POWERTOOLS_LOG_LEVEL=args.log_level)
+        plan = _seed(sim, stack, rng, run_id, specs, cleanup)
+        env = replica_env(stack, specs, webhook_settings(sim.receiver_latency, plan.retry_queue))
+        env.update(plan.billing.env(), POWERTOOLS_LOG_LEVEL=sim.log_level)
         if plan.payments and plan.bridge:
             env.update(plan.payments.env(stack.payments.url, plan.bridge.queue_url))
         config["cron_jobs"] = [job.job for job in plan.cron_jobs]
         timeouts = {s.logical_id: s.timeout for s in specs.values()}
-        return _drive(args, console, stack, env, timeouts, plan, queue, rng, config, cleanup)
+        return _drive(sim, console, stack, env, timeouts, plan, queue, rng, config, cleanup)
 
 
 def _refuse_aws(store: str | None) -> None:
@@ -187,12 +174,12 @@ def _refuse_aws(store: str | None) -> None:
 
 def cron_ticks(specs: dict[str, Any], now: datetime) -> dict[str, list[datetime]]:
     """Each cron job's ticks: the last times its template schedule fired."""
-    template = REPO_ROOT / "template.yaml"
+    template = template_path()
     return {job: recent_ticks(schedule_expression(template, fid) if fid in specs else None, now, TICKS_PER_JOB)
             for fid, job in CRON_JOBS.items()}
 
 
-def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: str, specs: dict[str, Any],
+def _seed(sim: SimulationConfig, stack: Stack, rng: random.Random, run_id: str, specs: dict[str, Any],
           cleanup: ExitStack) -> Plan:
     tenants = run_tenants(run_id)
     ticks = cron_ticks(specs, datetime.now(UTC))
@@ -200,8 +187,8 @@ def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: st
                           ticks, tenants)
     billing.seed(stack.database_url)  # first: a subscription is only added for a tenant billing knows
     webhooks = WebhookLoad(run_id, rng, tenants)
-    webhooks.seed(stack.database_url, stack.receiver, args.receiver_latency, args.failure_rate)
-    messages = webhooks.messages(args.events, stack.receiver)
+    webhooks.seed(stack.database_url, stack.receiver, sim.receiver_latency, sim.failure_rate)
+    messages = webhooks.messages(sim.events, stack.receiver)
     payments = bridge = None
     verify_ses_sender(stack.aws_endpoint)
     if WATCHER in specs:
@@ -216,24 +203,17 @@ def _seed(args: argparse.Namespace, stack: Stack, rng: random.Random, run_id: st
     return Plan(tenants, webhooks, billing, payments, bridge, messages, f"sim-{run_id}-webhook-retries", cron_jobs)
 
 
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CliError(f"cannot write the report to {path}: {exc.strerror}") from None
-
-
-def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[str, str],
+def _drive(sim: SimulationConfig, console: Console, stack: Stack, env: dict[str, str],
            timeouts: dict[str, float], plan: Plan, queue: QueueSettings, rng: random.Random, config: dict[str, Any],
            cleanup: ExitStack) -> dict[str, Any]:
     load = plan.webhooks
     progress = Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console, transient=False)
     cleanup.enter_context(progress)
-    started_task = progress.add_task("replicas started", total=args.replicas)
-    log_dir = args.log_dir or stack.work_dir
+    started_task = progress.add_task("replicas started", total=sim.replicas)
+    log_dir = sim.log_dir or stack.work_dir
     log_dir.mkdir(parents=True, exist_ok=True)
-    pool = FunctionPools(args.replicas, env, log_dir, crash_rate=args.crash_rate, rng=rng,
+    pool = FunctionPools(sim.replicas, env, log_dir, crash_rate=sim.crash_rate, rng=rng,
                          timeouts=timeouts, warm=DISPATCH)
     cleanup.callback(pool.stop)
     pool_started = time.time()
@@ -243,10 +223,10 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         log = pool.warm.log_of(0)
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.exists() else []
         raise CliError(f"{exc}: {tail[0] if tail else 'no log'}") from None
-    progress.update(started_task, completed=args.replicas)
+    progress.update(started_task, completed=sim.replicas)
     driver = Driver(pool, rng, DISPATCH, RETRY if RETRY in timeouts else None,
                     max_receives=queue.max_receives, cron_jobs=plan.cron_jobs,
-                    max_batches_in_flight=2 * args.replicas, on_feed=load.on_feed)
+                    max_batches_in_flight=2 * sim.replicas, on_feed=load.on_feed)
     driver.enqueue(plan.messages)
     # Distinct events against their total; duplicates and redeliveries only in the message count.
     fed_task = progress.add_task("events fed", total=load.events_in)
@@ -261,7 +241,7 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
     conn = psycopg.connect(stack.database_url, autocommit=True)
     cleanup.callback(conn.close)
     start = time.time()
-    watch = DrainWatch(stall_limit=args.stall_limit, time_limit=args.time_limit)
+    watch = DrainWatch(stall_limit=sim.stall_limit, time_limit=sim.time_limit)
     next_poll = 0.0
     while True:
         driver.step(feed_cron=True)
@@ -279,7 +259,7 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
         load.sample_retry_schedules(conn)
         load.enable_when_held(conn, retry_queue)
         # Read on every poll, not only at the end: a store that died mid-run
-        # stops the run here at once (one line, exit 1; see main.py).
+        # stops the run here at once (one line, exit 1: errors.expected_failure).
         retry_depth = retry_queue.depth().total
         progress.update(done_task, completed=total - unfinished)
         if driver.idle and driver.dead_letter_queue and not driver.redriven:
@@ -304,7 +284,7 @@ def _drive(args: argparse.Namespace, console: Console, stack: Stack, env: dict[s
     facts = load.facts(conn, stack.receiver, driver.messages_sent, driver.redriven)
     config["startup_seconds"] = round(start - pool_started, 2)
     return build_report(
-        config=config, started=start, finished=finished, replicas=args.replicas, deliveries=facts, ticks=ticks,
+        config=config, started=start, finished=finished, replicas=sim.replicas, deliveries=facts, ticks=ticks,
         effects=plan.billing.effects(conn), payments=plan.payments.effects(conn) if plan.payments else None,
         paid_ids=plan.payments.expected_deliveries() if plan.payments else set(),
         invocations=driver.invocations, kills=pool.kills, restarts=pool.restarts, drained=watch.drained,

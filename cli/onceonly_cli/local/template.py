@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from .errors import read_user_file
+from ..errors import read_user_file
 
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
 DEFAULT_TIMEOUT = 3.0  # the Lambda default when neither the function nor Globals set one

@@ -319,7 +319,7 @@ class _Trickle:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run a receiver in the foreground: ``python -m onceonly_cli.receiver --secret whsec_…``."""
+    """Run a receiver in the foreground: ``python -m onceonly_cli.testing.receiver --secret whsec_…``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--secret", required=True)
