@@ -39,7 +39,7 @@ from bench.machine import commit as machine_commit
 from bench.marked_sections import MarkedSection
 from bench.places import Places
 from bench.sizes import Sizes
-from onceonly_app.appdb.migrate import migrate
+from onceonly_app.db.migrate import migrate
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from onceonly_cli.servers import REPO_ROOT
@@ -70,7 +70,7 @@ def _replica(env: dict[str, str], batches: list[dict[str, Any]], barrier: Any, r
     others, then invoke it on each batch in turn, timing each invocation."""
     os.environ.update(env)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Powertools' EMF metrics, not wanted here
-    from onceonly_app.appdb import clients
+    from onceonly_app.db import clients
     from onceonly_cli.lambda_runtime import LambdaContext, load_handler
 
     handler = load_handler(REPO_ROOT / "functions" / "webhook_dispatch", "app.handler")

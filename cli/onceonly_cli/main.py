@@ -226,7 +226,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _layer_on_path() -> None:
-    """Make the layer's packages (shared/: appdb, webhooks, ...) importable, as
+    """Make the layer's packages (shared/: onceonly, onceonly_app) importable, as
     /opt/python is in Lambda; an installed copy still wins."""
     shared = Path(__file__).resolve().parents[2] / "shared"
     if shared.is_dir() and str(shared) not in sys.path:

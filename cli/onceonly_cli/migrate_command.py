@@ -17,8 +17,8 @@ from .stores import check_database, redact, resolve_targets
 def migrate_command(args: argparse.Namespace) -> int:
     import psycopg
 
-    from onceonly_app.appdb.schema import apply_schema
-    from onceonly_app.appdb.store_switch import stack_of
+    from onceonly_app.db.schema import apply_schema
+    from onceonly_app.db.store_switch import stack_of
 
     targets = resolve_targets(args.database, args.store, servers=None)
     check_database(targets.database_url)

@@ -10,14 +10,14 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from onceonly_app.appdb.clients import coordination_store, db_pool
-from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import notifications
-from onceonly_app.billing.aws import bounded_client
 from onceonly_app.billing.config import JobSettings, NotificationSettings
 from onceonly_app.billing.ses import SesNotifier
-from onceonly_app.budget import Budget
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.clients import coordination_store, db_pool
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime.aws import bounded_client
+from onceonly_app.runtime.budget import Budget
+from onceonly_app.runtime.tracing import handler_tracer
 
 SETTINGS = JobSettings.from_env("notifications")
 NOTIFY = NotificationSettings.from_env()

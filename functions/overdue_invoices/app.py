@@ -9,12 +9,12 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from onceonly_app.appdb.clients import coordination_store, db_pool
-from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import overdue
 from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings
-from onceonly_app.budget import Budget
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.clients import coordination_store, db_pool
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime.budget import Budget
+from onceonly_app.runtime.tracing import handler_tracer
 
 SETTINGS = JobSettings.from_env("overdue-invoices")
 WATCHER = JobSettings.from_env(PAYMENT_WATCHER_JOB).job  # whose ledger time holds back dunning

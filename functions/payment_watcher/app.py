@@ -11,14 +11,14 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from onceonly_app.appdb.clients import coordination_store, db_pool
-from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import payment_watcher
-from onceonly_app.billing.aws import bounded_client
 from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings, PaymentWatcherSettings
 from onceonly_app.billing.payments_api import PaymentsClient
-from onceonly_app.budget import Budget
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.clients import coordination_store, db_pool
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime.aws import bounded_client
+from onceonly_app.runtime.budget import Budget
+from onceonly_app.runtime.tracing import handler_tracer
 
 SETTINGS = JobSettings.from_env(PAYMENT_WATCHER_JOB)
 WATCH = PaymentWatcherSettings.from_env()

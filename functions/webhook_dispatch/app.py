@@ -17,8 +17,8 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from onceonly_app.appdb.schema import schema_required
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime.tracing import handler_tracer
 from onceonly_app.webhooks.dispatch_batch import DispatchBatch, check_sqs_event, fail_if_nothing_went_through
 from onceonly_app.webhooks.runtime import dispatch_queue, webhook_service
 from onceonly_app.webhooks.service import DispatchResult

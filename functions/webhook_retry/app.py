@@ -12,8 +12,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from onceonly.scheduled import scheduled_time_of
-from onceonly_app.appdb.schema import schema_required
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime.tracing import handler_tracer
 from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-retry")

@@ -23,7 +23,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.config import WebhookConfig
 from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import onceonly
-from onceonly_app.appdb.clients import coordination_store
-from onceonly_app.appdb.schema import apply_schema
+from onceonly_app.db.clients import coordination_store
+from onceonly_app.db.schema import apply_schema
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from tests.support.api_calls import ApiCalls
 from tests.support.scratch import delete_table, scratch_database

@@ -19,10 +19,10 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_app.appdb.schema import apply_schema
-from onceonly_app.appdb.store_identity import MARKER, identify, location
-from onceonly_app.appdb.store_switch import StackConflictError, stack_of
 from onceonly_app.billing.payment_watcher import cursor_name
+from onceonly_app.db.schema import apply_schema
+from onceonly_app.db.store_identity import MARKER, identify, location
+from onceonly_app.db.store_switch import StackConflictError, stack_of
 from onceonly_cli.fake_payments import FakePayments
 from onceonly_cli.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import run_workers

@@ -42,7 +42,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
 @contextmanager
 def counted_takes() -> Iterator[Counter[int]]:
     """How many wants each take_permits call of the handlers' coordination store carried."""
-    from onceonly_app.appdb import clients
+    from onceonly_app.db import clients
 
     takes: Counter[int] = Counter()
     store = clients.coordination_store()

@@ -24,7 +24,7 @@ import onceonly
 from onceonly_app.billing import notifications
 from onceonly_app.billing.config import NotificationSettings
 from onceonly_app.billing.ses import SesNotifier
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.config import WebhookConfig
 from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_app.appdb.migrate import migrate
 from onceonly_app.billing import webhook_events
+from onceonly_app.db.migrate import migrate
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import SQL, delivery_id_for
 from onceonly_app.webhooks.signing import new_secret

@@ -17,10 +17,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.appdb.migrate import migrate
 from onceonly_app.billing import payment_watcher, webhook_events
 from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.payments_api import PaymentsClient
+from onceonly_app.db.migrate import migrate
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret

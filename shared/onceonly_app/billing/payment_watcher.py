@@ -46,10 +46,10 @@ from psycopg_pool import ConnectionPool
 from onceonly import Lease, Tick
 from onceonly.stores.sqlfile import load_queries
 
-from ..budget import Budget
+from ..runtime.aws import CALL_SECONDS
+from ..runtime.budget import Budget
 from . import webhook_events
 from .assets import AcceptedAssets
-from .aws import CALL_SECONDS
 from .matching import Verdict, judge
 from .payments_api import READ_TIMEOUT, Page, Payment
 from .ticks import FencedError

@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool
 from onceonly import Tick
 from onceonly.stores.sqlfile import load_queries
 
-from ..budget import Budget
+from ..runtime.budget import Budget
 from . import outbox
 from .fenced_batches import run_fenced_batches
 

@@ -26,8 +26,8 @@ from onceonly.stores._common import batches
 from onceonly.stores.sqlfile import load_queries
 from onceonly_app.webhooks.limits import SQS_MAX_BATCH_BYTES, encoded_payload
 
-from ..budget import Budget
-from .aws import CALL_SECONDS
+from ..runtime.aws import CALL_SECONDS
+from ..runtime.budget import Budget
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100

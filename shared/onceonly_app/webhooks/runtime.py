@@ -1,5 +1,5 @@
 """The service as a Lambda container builds it: once, on first use, from the
-shared clients (onceonly_app.appdb.clients) and the WEBHOOK_* settings."""
+shared clients (onceonly_app.db.clients) and the WEBHOOK_* settings."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from functools import cache
 from typing import Any
 
-from onceonly_app.appdb import clients
-from onceonly_app.appdb.clients import coordination_store, db_pool
+from onceonly_app.db import clients
+from onceonly_app.db.clients import coordination_store, db_pool
 
 from .config import WebhookConfig
 from .deliveries import DeliveryRepository

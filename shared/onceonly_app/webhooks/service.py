@@ -34,7 +34,7 @@ from typing import Any
 
 from onceonly import Claim, Queue, QueueDepth
 from onceonly.errors import StoreUnavailableError
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 
 from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig

@@ -14,8 +14,8 @@ from onceonly.errors import ConfigError
 from onceonly.stores.pg_connection import is_auth_failure, prepare_threshold_for
 from onceonly.stores.pgpool import split_options
 from onceonly.stores.redis import RedisStore
-from onceonly_app.appdb import settings
-from onceonly_app.appdb.settings import url_from_secret, with_ca_bundle
+from onceonly_app.db import settings
+from onceonly_app.db.settings import url_from_secret, with_ca_bundle
 
 
 @pytest.fixture(autouse=True)
