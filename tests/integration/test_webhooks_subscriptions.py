@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_app.billing import webhook_events
 from onceonly_app.db.migrate import migrate
+from onceonly_app.events import outbox
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import SQL, delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
@@ -128,9 +128,9 @@ def test_the_fan_out_keeps_events_for_a_disabled_subscription_and_none_for_a_del
     subscriptions.delete(conn, deleted)
     event_id = new_id("evt")
     with conn.transaction():
-        webhook_events.fan_out(conn, event_id, "invoice.paid", tenant, {"invoice_id": "inv_1"})
-    outbox = [r[0] for r in conn.execute("SELECT webhook_id FROM webhook_outbox WHERE event_id = %s", (event_id,))]
-    assert outbox == [disabled]
+        outbox.fan_out(conn, event_id, "invoice.paid", tenant, {"invoice_id": "inv_1"})
+    queued = [r[0] for r in conn.execute("SELECT webhook_id FROM webhook_outbox WHERE event_id = %s", (event_id,))]
+    assert queued == [disabled]
 
 
 def test_held_events_older_than_the_retention_expire_instead_of_being_sent(

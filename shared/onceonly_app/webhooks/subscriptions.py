@@ -40,7 +40,7 @@ from psycopg.rows import dict_row
 
 from onceonly import Queue
 from onceonly.stores.sqlfile import load_queries
-from onceonly_app.billing.webhook_events import EVENT_TYPES
+from onceonly_app.events.types import EVENT_TYPES
 
 from . import deliveries, endpoint_settings, rotation
 from .endpoint_health import OPERATIONAL_EVENT_TYPES
