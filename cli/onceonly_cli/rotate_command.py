@@ -20,8 +20,12 @@ from .subscriptions_command import default_actor
 
 
 def rotate_secret_command(args: argparse.Namespace) -> int:
-    from onceonly_app.webhooks.rotation import DEFAULT_OVERLAP
-    from onceonly_app.webhooks.subscriptions import SubscriptionDeletedError, UnknownSubscriptionError, rotate_secret
+    from onceonly_app.webhooks.subscriptions import (
+        DEFAULT_OVERLAP,
+        SubscriptionDeletedError,
+        UnknownSubscriptionError,
+        rotate_secret,
+    )
 
     overlap = DEFAULT_OVERLAP if args.overlap is None else args.overlap
     database_url = args.database or os.environ.get("DATABASE_URL") or DEFAULT_POSTGRES_URL

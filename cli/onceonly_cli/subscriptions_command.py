@@ -197,8 +197,7 @@ def _update(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Names
 
 
 def _rotate_secret(ops: Ops | None, conn: psycopg.Connection[Any], args: argparse.Namespace) -> Done:
-    from onceonly_app.webhooks.rotation import DEFAULT_OVERLAP
-    from onceonly_app.webhooks.subscriptions import rotate_secret
+    from onceonly_app.webhooks.subscriptions import DEFAULT_OVERLAP, rotate_secret
 
     overlap = DEFAULT_OVERLAP if args.overlap is None else args.overlap
     secret = rotate_secret(conn, args.webhook_id, overlap=overlap, actor=args.actor, secret=args.secret)

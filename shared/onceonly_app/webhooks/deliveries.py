@@ -226,13 +226,6 @@ class DeliveryRepository:
         status = str(rows[0]["status"])
         return Recorded(True, rows[0]["attempts"], status, next_attempt_at if status == "retrying" else None)
 
-    def rotate_secret(self, webhook_id: str, secret: str, overlap: float, keep: int) -> bool:
-        """Make ``secret`` the subscription's current signing secret; the one it
-        replaces is still signed with for ``overlap`` seconds (at most ``keep``
-        previous secrets). False for an unknown subscription."""
-        return bool(self._rows("rotate_secret", {"webhook_id": webhook_id, "secret": secret,
-                                                 "overlap": overlap, "keep": keep}))
-
     def redrive_dead(self, ids: list[str] | None, webhook_id: str | None,
                      limit: int) -> list[tuple[str, int]]:
         rows = self._rows("redrive_dead", {"ids": ids, "webhook_id": webhook_id, "limit": limit})
