@@ -59,9 +59,9 @@ def _env(places: Places, latency: float, in_flight: int) -> dict[str, str]:
             "WEBHOOK_QUEUE": f"bench-{secrets.token_hex(4)}", "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
             # Timeouts far above the latency: on a loaded machine an attempt cut
             # short would be the retry function's work, not this measurement's.
-            "WEBHOOK_CONNECT_TIMEOUT": "5", "WEBHOOK_READ_TIMEOUT": str(latency * 10 + 10),
-            "WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_ATTEMPT_LEASE": "600",  # no retry function runs here
-            "WEBHOOK_MAX_IN_FLIGHT": str(in_flight), "WEBHOOK_DEADLINE_MARGIN": "1",
+            "WEBHOOK_CONNECT_TIMEOUT_SECONDS": "5", "WEBHOOK_READ_TIMEOUT_SECONDS": str(latency * 10 + 10),
+            "WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_ATTEMPT_LEASE_SECONDS": "600",  # no retry function runs here
+            "WEBHOOK_MAX_IN_FLIGHT": str(in_flight), "WEBHOOK_DEADLINE_MARGIN_SECONDS": "1",
             "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_NAMESPACE": "onceonly-bench"}
 
 

@@ -215,7 +215,8 @@ def test_a_message_out_of_attempts_is_announced_once_and_a_notice_never_announce
 def test_the_real_handlers_disable_after_the_configured_period(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
         receiver: WebhookReceiver) -> None:
-    env = {**pg_env, "WEBHOOK_AUTO_DISABLE_AFTER": "1", "WEBHOOK_RETRY_SCHEDULE": "0.3,0.3,0.3,0.3,0.3,0.3"}
+    env = {**pg_env, "WEBHOOK_AUTO_DISABLE_AFTER_SECONDS": "1",
+           "WEBHOOK_RETRY_SCHEDULE_SECONDS": "0.3,0.3,0.3,0.3,0.3,0.3"}
     webhook_id, _ = add_subscription(conn, tenant, receiver, FAILING)
     with lambda_env(env) as (dispatch, retry):
         dispatch(sqs_event([message(webhook_id, new_id("evt"), tenant_id=tenant)]), context("dispatch"))

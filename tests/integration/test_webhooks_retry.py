@@ -171,7 +171,8 @@ def test_a_stranded_delivery_is_recovered_by_the_redelivered_message(
     attempted and re-arms the net. However soon the message comes back (here at
     once, well inside the lease): it may be the last message of that event."""
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_CLAIM_BATCH="1",
-                      WEBHOOK_CONNECT_TIMEOUT="0.3", WEBHOOK_READ_TIMEOUT="0.5", WEBHOOK_ATTEMPT_LEASE="1")
+                      WEBHOOK_CONNECT_TIMEOUT_SECONDS="0.3", WEBHOOK_READ_TIMEOUT_SECONDS="0.5",
+                      WEBHOOK_ATTEMPT_LEASE_SECONDS="1")
     webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
     delivery_id = repo.create(

@@ -292,7 +292,8 @@ def test_a_delete_while_a_request_is_in_flight_ends_it_dropped(
     delivery_id = delivery_id_for(webhook_id, event_id)
     # The dispatcher cannot record its outcome on a dropped delivery: its safety
     # net comes due when the attempt's lease ends, shortened here from 30 s.
-    short_lease = {**env, "WEBHOOK_CONNECT_TIMEOUT": "1", "WEBHOOK_READ_TIMEOUT": "4", "WEBHOOK_ATTEMPT_LEASE": "6"}
+    short_lease = {**env, "WEBHOOK_CONNECT_TIMEOUT_SECONDS": "1", "WEBHOOK_READ_TIMEOUT_SECONDS": "4",
+                   "WEBHOOK_ATTEMPT_LEASE_SECONDS": "6"}
     with lambda_env(short_lease) as (dispatch, retry):
         with _in_flight(dispatch, receiver, webhook_id, event_id, 500):
             assert subscriptions.delete(conn, webhook_id) == [delivery_id]

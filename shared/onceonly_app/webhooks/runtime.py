@@ -1,10 +1,10 @@
 """The service as a Lambda container builds it: once, on first use, from the
-shared clients (onceonly_app.db.clients) and the WEBHOOK_* settings."""
+shared clients (onceonly_app.db.clients) and the WEBHOOK_* settings, read
+through the one reader (WebhookConfig.from_env)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from functools import cache
 from typing import Any
@@ -51,7 +51,7 @@ def _permit_returns() -> PermitReturns:
 def dispatch_queue() -> tuple[Any, str] | None:
     """The dispatcher's own SQS queue (client, URL), to back off records a store
     outage stopped; None where WEBHOOK_QUEUE_URL is not set (local runs)."""
-    url = os.environ.get("WEBHOOK_QUEUE_URL")
+    url = _parts()[0].queue_url
     if not url:
         return None
     import boto3  # only the outage path pays for the import

@@ -202,7 +202,7 @@ class WebhookService:
 
     # -- dispatch -------------------------------------------------------------
     def invocation_budget(self, context: Any) -> Budget:
-        """A Lambda invocation's time, WEBHOOK_DEADLINE_MARGIN kept back for recording and acking."""
+        """A Lambda invocation's time, WEBHOOK_DEADLINE_MARGIN_SECONDS kept back for recording and acking."""
         return Budget.of_lambda(context, reserve=self.config.deadline_margin)
 
     def has_time_for_attempt(self, budget: Budget, *, after: float = 0.0) -> bool:
