@@ -18,18 +18,16 @@ BATCH = 100
 
 
 def redrive_command(args: argparse.Namespace) -> int:
-    from onceonly_app.webhooks.deliveries import DeliveryRepository
     from onceonly_app.webhooks.redrive import redrive
 
-    with open_ops(args.database, args.store) as ops:
-        repo = DeliveryRepository(ops.pool)
+    with open_ops(args.database, args.store) as ops, ops.pool.connection() as conn:
         queue = ops.store.queue(ops.queue_name)
         done = []
         try:
             if args.delivery:
-                done = redrive(repo, queue, delivery_ids=list(args.delivery), limit=len(args.delivery))
+                done = redrive(conn, queue, delivery_ids=list(args.delivery), limit=len(args.delivery))
             else:
-                while batch := redrive(repo, queue, limit=BATCH):
+                while batch := redrive(conn, queue, limit=BATCH):
                     done.extend(batch)
         except psycopg.errors.UndefinedTable as exc:
             raise missing_tables(exc) from None

@@ -27,7 +27,7 @@ from onceonly_app.billing.ses import SesNotifier
 from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.config import WebhookConfig
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_health import (
     ENDPOINT_DISABLED,
     MESSAGE_EXHAUSTED,
@@ -87,7 +87,7 @@ def _service(pool: ConnectionPool, store: onceonly.Store, queue_name: str, clock
     health = EndpointHealth(pool, queue, period=config.auto_disable_after, lease=config.attempt_lease,
                             clock=clock, log=logging.getLogger("test"))
     sender = WebhookSender(config.connect_timeout, config.read_timeout)
-    return WebhookService(DeliveryRepository(pool), queue, sender, config, health=health)
+    return WebhookService(pool, queue, sender, config, health=health)
 
 
 def _dispatch(service: WebhookService, webhook_id: str, tenant: str) -> str:

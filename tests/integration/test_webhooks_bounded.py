@@ -24,7 +24,8 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly.errors import StoreUnavailableError
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks import deliveries as records
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.dispatch_batch import outage_visibility
 from onceonly_app.webhooks.sender import SendResult, WebhookSender
 from onceonly_cli.receiver import Behaviour, Reply, WebhookReceiver
@@ -264,6 +265,7 @@ def test_an_unreachable_domain_database_is_a_store_outage_not_a_driver_error() -
     bad claim: StoreUnavailableError, raised from the driver's error."""
     url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nowhere"
     with ConnectionPool(url, min_size=0, max_size=1, timeout=0.5, open=True) as pool, \
-            pytest.raises(StoreUnavailableError, match="domain database unavailable") as info:
-        DeliveryRepository(pool).state("msg_any")
+            pytest.raises(StoreUnavailableError, match="domain database unavailable") as info, \
+            records.connection(pool) as conn:
+        records.state(conn, "msg_any")
     assert isinstance(info.value.__cause__, psycopg.OperationalError)

@@ -8,4 +8,16 @@
 - ``store_identity``, ``store_switch``: which store the database's fences and
   cursors belong to, and the repair when that store changes;
 - ``alarm_clocks``: the stale alarms' first samples, sent at deploy.
+
+Data access, everywhere in the app: module-level functions that take a psycopg
+connection (``conn``) and run their statements on it, in the caller's
+transaction, with their SQL in the ``.sql`` file beside the module
+(``onceonly.stores.sqlfile``). No repository classes and no pools in data
+access. A pool is taken only by the entry points that decide where a
+transaction starts and ends: a job's ``run(pool, tick, …)`` (one transaction per
+fenced batch, none held across an outside call), the webhook service (one
+short transaction per statement, none held while a request is in flight, via
+``webhooks.deliveries.connection``), the outbox flush, and the CLI commands.
+A function that must commit before its next step (a queue put, say) opens its
+own ``conn.transaction()`` and says so.
 """
