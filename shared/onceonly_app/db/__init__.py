@@ -17,7 +17,9 @@ access. A pool is taken only by the entry points that decide where a
 transaction starts and ends: a job's ``run(pool, tick, …)`` (one transaction per
 fenced batch, none held across an outside call), the webhook service (one
 short transaction per statement, none held while a request is in flight, via
-``webhooks.deliveries.connection``), the outbox flush, and the CLI commands.
+``webhooks.deliveries.connection``), the outbox flush, the CLI commands, and
+the components that own one short transaction per statement beside the
+service (``EndpointGate``, ``EndpointHealth``, the jobs' ``TickFence``).
 A function that must commit before its next step (a queue put, say) opens its
 own ``conn.transaction()`` and says so.
 """
