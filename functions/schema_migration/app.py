@@ -43,12 +43,13 @@ def start_alarm_clocks(retry_queue_depth: int, logger: Any) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from onceonly_app.db import alarm_clocks
+    from onceonly_app.runtime import settings
     from onceonly_app.runtime.aws import bounded_client
 
     jobs = alarm_clocks.services()
     if not jobs:
         return
-    namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly")
+    namespace = settings.text(os.environ, "POWERTOOLS_METRICS_NAMESPACE", "onceonly") or "onceonly"
     try:
         sent = alarm_clocks.start_clocks(bounded_client("cloudwatch"), namespace, jobs, retry_queue_depth)
     except (BotoCoreError, ClientError) as exc:
