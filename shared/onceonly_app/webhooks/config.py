@@ -13,8 +13,8 @@ from onceonly.errors import ConfigError
 from onceonly_app.runtime import settings
 from onceonly_app.runtime.settings import Env
 
+DEFAULT_QUEUE = "webhook-retries"  # the retries' due queue; the CLI's default too
 # Svix-like delays (seconds, each ±10 % jitter) for retry 1, 2, …: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
-DEFAULT_QUEUE = "webhook-retries"
 DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 
 
