@@ -49,7 +49,7 @@ def start_alarm_clocks(retry_queue_depth: int, logger: Any) -> None:
     jobs = alarm_clocks.services()
     if not jobs:
         return
-    namespace = settings.text(os.environ, "POWERTOOLS_METRICS_NAMESPACE", "onceonly") or "onceonly"
+    namespace = settings.metrics_namespace(os.environ)
     try:
         sent = alarm_clocks.start_clocks(bounded_client("cloudwatch"), namespace, jobs, retry_queue_depth)
     except (BotoCoreError, ClientError) as exc:

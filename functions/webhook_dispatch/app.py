@@ -26,7 +26,7 @@ from onceonly_app.webhooks.service import DispatchResult
 
 logger = Logger(service="webhook-dispatch")
 tracer = handler_tracer("webhook-dispatch")  # X-Ray only when the template turns tracing on
-metrics = Metrics(namespace=settings.text(os.environ, "POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
+metrics = Metrics(namespace=settings.metrics_namespace(os.environ),
                   service="webhook-dispatch")
 # A batch of only malformed records is answered record by record, not as a
 # crashed invocation; fail_if_nothing_went_through raises for the other causes.

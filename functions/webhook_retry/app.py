@@ -19,7 +19,7 @@ from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-retry")
 tracer = handler_tracer("webhook-retry")  # X-Ray only when the template turns tracing on
-metrics = Metrics(namespace=settings.text(os.environ, "POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
+metrics = Metrics(namespace=settings.metrics_namespace(os.environ),
                   service="webhook-retry")
 
 COUNTERS = ("succeeded", "failed", "dead", "held", "dropped", "aborted", "deferred", "claims_contended",

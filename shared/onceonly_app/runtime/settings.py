@@ -20,6 +20,7 @@ from onceonly.errors import ConfigError
 
 Env = Mapping[str, str]
 
+DEFAULT_METRICS_NAMESPACE = "onceonly"
 _TRUE = ("true", "1")
 _FALSE = ("false", "0")
 
@@ -85,6 +86,11 @@ def flag(env: Env, name: str, default: bool) -> bool:
 def names(env: Env, name: str) -> tuple[str, ...]:
     """Comma-separated names (blank ones dropped), in order."""
     return tuple(part.strip() for part in (text(env, name) or "").split(",") if part.strip())
+
+
+def metrics_namespace(env: Env) -> str:
+    """The CloudWatch namespace of the functions' metrics (Powertools' variable)."""
+    return text(env, "POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_METRICS_NAMESPACE
 
 
 def _seconds(name: str, raw: str) -> float:
