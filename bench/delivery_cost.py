@@ -39,7 +39,7 @@ from bench.machine import commit as machine_commit
 from bench.marked_sections import MarkedSection
 from bench.places import Places
 from bench.sizes import Sizes
-from onceonly_app.appdb.migrate import migrate
+from onceonly_app.db.migrate import migrate
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_cli.local.project import project_root
 from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
@@ -59,9 +59,9 @@ def _env(places: Places, latency: float, in_flight: int) -> dict[str, str]:
             "WEBHOOK_QUEUE": f"bench-{secrets.token_hex(4)}", "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
             # Timeouts far above the latency: on a loaded machine an attempt cut
             # short would be the retry function's work, not this measurement's.
-            "WEBHOOK_CONNECT_TIMEOUT": "5", "WEBHOOK_READ_TIMEOUT": str(latency * 10 + 10),
-            "WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_ATTEMPT_LEASE": "600",  # no retry function runs here
-            "WEBHOOK_MAX_IN_FLIGHT": str(in_flight), "WEBHOOK_DEADLINE_MARGIN": "1",
+            "WEBHOOK_CONNECT_TIMEOUT_SECONDS": "5", "WEBHOOK_READ_TIMEOUT_SECONDS": str(latency * 10 + 10),
+            "WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_ATTEMPT_LEASE_SECONDS": "600",  # no retry function runs here
+            "WEBHOOK_MAX_IN_FLIGHT": str(in_flight), "WEBHOOK_DEADLINE_MARGIN_SECONDS": "1",
             "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_NAMESPACE": "onceonly-bench"}
 
 
@@ -70,7 +70,7 @@ def _replica(env: dict[str, str], batches: list[dict[str, Any]], barrier: Any, r
     others, then invoke it on each batch in turn, timing each invocation."""
     os.environ.update(env)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Powertools' EMF metrics, not wanted here
-    from onceonly_app.appdb import clients
+    from onceonly_app.db import clients
     from onceonly_cli.local.lambda_runtime import LambdaContext, load_handler
 
     handler = load_handler(project_root() / "functions" / "webhook_dispatch", "app.handler")

@@ -10,16 +10,16 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from onceonly_app.appdb.clients import coordination_store, db_pool
-from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import notifications
-from onceonly_app.billing.aws import bounded_client
 from onceonly_app.billing.config import JobSettings, NotificationSettings
 from onceonly_app.billing.ses import SesNotifier
-from onceonly_app.budget import Budget
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.clients import coordination_store, db_pool
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime.aws import bounded_client
+from onceonly_app.runtime.budget import Budget
+from onceonly_app.runtime.tracing import handler_tracer
 
-SETTINGS = JobSettings.from_env("notifications")
+SETTINGS = JobSettings.from_env("notifications")  # at cold start, through the one reader
 NOTIFY = NotificationSettings.from_env()
 logger = Logger(service="notifications")
 tracer = handler_tracer("notifications")  # X-Ray only when the template turns tracing on
@@ -39,7 +39,7 @@ def ses_notifier() -> SesNotifier:
                     heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, int]:
     result = notifications.run(
-        db_pool(), tick, ses_notifier(), NOTIFY, log=logger,
+        db_pool(), tick, ses_notifier(), NOTIFY, log=logger, tenant=SETTINGS.tenant,
         budget=Budget.of_lambda(context),
     )
     for name, value in (("notifications_sent", result.sent), ("notifications_retrying", result.retrying),

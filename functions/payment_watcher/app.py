@@ -11,16 +11,16 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 import onceonly
-from onceonly_app.appdb.clients import coordination_store, db_pool
-from onceonly_app.appdb.schema import schema_required
 from onceonly_app.billing import payment_watcher
-from onceonly_app.billing.aws import bounded_client
 from onceonly_app.billing.config import PAYMENT_WATCHER_JOB, JobSettings, PaymentWatcherSettings
 from onceonly_app.billing.payments_api import PaymentsClient
-from onceonly_app.budget import Budget
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.clients import coordination_store, db_pool
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime.aws import bounded_client
+from onceonly_app.runtime.budget import Budget
+from onceonly_app.runtime.tracing import handler_tracer
 
-SETTINGS = JobSettings.from_env(PAYMENT_WATCHER_JOB)
+SETTINGS = JobSettings.from_env(PAYMENT_WATCHER_JOB)  # at cold start, through the one reader
 WATCH = PaymentWatcherSettings.from_env()
 logger = Logger(service="payment-watcher")
 tracer = handler_tracer("payment-watcher")  # X-Ray only when the template turns tracing on
@@ -45,7 +45,7 @@ def sqs_client() -> Any:
 @onceonly.scheduled(coordination_store, job=SETTINGS.job, ttl=SETTINGS.tick_ttl,
                     heartbeat=SETTINGS.tick_heartbeat, keep=SETTINGS.tick_keep, logger=logger, metrics=metrics)
 def handler(event: dict[str, Any], context: Any, tick: onceonly.Tick) -> dict[str, Any]:
-    result = payment_watcher.run(db_pool(), tick, poll(), sqs_client(), WATCH.queue_url,
+    result = payment_watcher.run(db_pool(), tick, poll(), sqs_client(), WATCH.queue_url, tenant=SETTINGS.tenant,
                                  budget=Budget.of_lambda(context), log=logger)
     for name, value in (("payments_applied", result.payments_applied),
                         ("rows_transitioned", result.invoices_paid),

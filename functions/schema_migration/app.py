@@ -17,9 +17,9 @@ import custom_resource
 def _load() -> tuple[custom_resource.Step, Any]:
     from aws_lambda_powertools import Logger
 
-    from onceonly_app.appdb.schema import apply_schema
-    from onceonly_app.appdb.settings import database_url, store_url
-    from onceonly_app.appdb.store_switch import stack_of
+    from onceonly_app.db.schema import apply_schema
+    from onceonly_app.db.settings import database_url, store_url
+    from onceonly_app.db.store_switch import stack_of
 
     logger = Logger(service="schema-migration")
 
@@ -35,20 +35,21 @@ def _load() -> tuple[custom_resource.Step, Any]:
 
 
 def start_alarm_clocks(retry_queue_depth: int, logger: Any) -> None:
-    """The stale alarms' first samples (onceonly_app/appdb/alarm_clocks.py).
+    """The stale alarms' first samples (onceonly_app/db/alarm_clocks.py).
     Failing to send them costs at most an alarm that starts in ALARM: logged,
     and the deploy goes on."""
     import os
 
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from onceonly_app.appdb import alarm_clocks
-    from onceonly_app.billing.aws import bounded_client
+    from onceonly_app.db import alarm_clocks
+    from onceonly_app.runtime import settings
+    from onceonly_app.runtime.aws import bounded_client
 
     jobs = alarm_clocks.services()
     if not jobs:
         return
-    namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly")
+    namespace = settings.metrics_namespace(os.environ)
     try:
         sent = alarm_clocks.start_clocks(bounded_client("cloudwatch"), namespace, jobs, retry_queue_depth)
     except (BotoCoreError, ClientError) as exc:

@@ -13,7 +13,8 @@ wrong-platform build, a missing layer), so nothing here imports the layer.
 - An Update whose properties are not the function's own configuration is
   CloudFormation's rollback (it sends the old properties while the function
   still runs the new code): SUCCESS without migrating (docs/deploy.md,
-  "Rollback"). See aws-cdk#17040, custom-resource-helper#70."""
+  "Rollback"), since migrations only go forward and the newer schema still
+  serves the older code."""
 
 from __future__ import annotations
 

@@ -17,15 +17,16 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from onceonly_app.appdb.schema import schema_required
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime import settings
+from onceonly_app.runtime.tracing import handler_tracer
 from onceonly_app.webhooks.dispatch_batch import DispatchBatch, check_sqs_event, fail_if_nothing_went_through
 from onceonly_app.webhooks.runtime import dispatch_queue, webhook_service
 from onceonly_app.webhooks.service import DispatchResult
 
 logger = Logger(service="webhook-dispatch")
 tracer = handler_tracer("webhook-dispatch")  # X-Ray only when the template turns tracing on
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
+metrics = Metrics(namespace=settings.metrics_namespace(os.environ),
                   service="webhook-dispatch")
 # A batch of only malformed records is answered record by record, not as a
 # crashed invocation; fail_if_nothing_went_through raises for the other causes.

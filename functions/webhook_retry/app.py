@@ -12,13 +12,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from onceonly.scheduled import scheduled_time_of
-from onceonly_app.appdb.schema import schema_required
-from onceonly_app.tracing import handler_tracer
+from onceonly_app.db.schema import schema_required
+from onceonly_app.runtime import settings
+from onceonly_app.runtime.tracing import handler_tracer
 from onceonly_app.webhooks.runtime import webhook_service
 
 logger = Logger(service="webhook-retry")
 tracer = handler_tracer("webhook-retry")  # X-Ray only when the template turns tracing on
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "onceonly"),
+metrics = Metrics(namespace=settings.metrics_namespace(os.environ),
                   service="webhook-retry")
 
 COUNTERS = ("succeeded", "failed", "dead", "held", "dropped", "aborted", "deferred", "claims_contended",

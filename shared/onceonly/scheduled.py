@@ -263,7 +263,7 @@ def scheduled(
     completed (for ``keep`` seconds).
 
     ``store`` is a Store (or any LeaseStore) or a zero-argument callable returning one (called per
-    invocation, so pass a cached factory such as ``onceonly_app.appdb.clients.coordination_store``).
+    invocation, so pass a cached factory such as ``onceonly_app.db.clients.coordination_store``).
     ``ttl`` is the tick's lease and ``heartbeat`` (default ``ttl / 3``) how often
     a background thread renews it while the body runs: each renewal starts
     ``heartbeat`` after the previous successful one was sent, a failed one is

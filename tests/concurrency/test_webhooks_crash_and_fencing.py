@@ -51,8 +51,8 @@ pytest_plugins = ("tests.support.webhook_fixtures",)
 
 # One claim per batch, a 1 s connect + 4 s read timeout, so a 6 s lease: the
 # tests wait for the lease by polling, never by a tight sleep.
-SHORT_LEASE = {"WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_CONNECT_TIMEOUT": "1", "WEBHOOK_READ_TIMEOUT": "4",
-               "WEBHOOK_ATTEMPT_LEASE": "6"}
+SHORT_LEASE = {"WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_CONNECT_TIMEOUT_SECONDS": "1", "WEBHOOK_READ_TIMEOUT_SECONDS": "4",
+               "WEBHOOK_ATTEMPT_LEASE_SECONDS": "6"}
 WAIT = 30.0
 
 

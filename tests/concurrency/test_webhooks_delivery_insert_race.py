@@ -15,7 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks import deliveries as records
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.messages import DeliveryRequest
 from tests.concurrency.race import run_workers
 from tests.support.webhooks import create_subscription, deliveries, new_id
@@ -37,13 +38,13 @@ def _inserter(worker_no: int, barrier: Any, history_path: Path, db: str, webhook
     with ConnectionPool(db, min_size=1, max_size=1, open=True) as pool:
         with pool.connection() as conn:
             conn.execute("SELECT 1")  # connected before the start line
-        repo = DeliveryRepository(pool)
         barrier.wait(BARRIER_TIMEOUT)
         # Half the workers walk the events backwards: the inserts meet in the middle too.
         for event_id in events if worker_no % 2 == 0 else reversed(events):
             request = DeliveryRequest(webhook_id, event_id, "invoice.paid", {"n": event_id}, "tenant-webhooks")
             try:
-                created = repo.create(request) is not None
+                with records.connection(pool) as conn:
+                    created = records.create(conn, request) is not None
                 history.write(worker=worker_no, event=event_id, kind="created" if created else "duplicate")
             except Exception as exc:  # noqa: BLE001 - the verdict names what a racing insert raised
                 history.write(worker=worker_no, event=event_id, kind=f"raised {exc.__class__.__name__}: {exc}")
@@ -77,4 +78,5 @@ def test_an_insert_meeting_the_primary_key_first_is_a_duplicate_not_an_error(web
                      (delivery_id_for(webhook_id, event_id), webhook_id, other))
     with ConnectionPool(webhook_db, min_size=1, max_size=1, open=True) as pool:
         request = DeliveryRequest(webhook_id, event_id, "invoice.paid", {}, "tenant-webhooks")
-        assert DeliveryRepository(pool).create(request) is None
+        with records.connection(pool) as conn:
+            assert records.create(conn, request) is None

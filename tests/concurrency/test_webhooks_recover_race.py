@@ -33,7 +33,7 @@ REQUESTS_EACH = 4  # two failures before the recover (then dead), one failure an
 def test_recover_racing_live_retry_workers_never_posts_a_delivery_twice(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str, pg_store: onceonly.Store,
         tmp_path: Path) -> None:
-    env = {**pg_env, "WEBHOOK_RETRY_SCHEDULE": "0.05"}  # two attempts per generation, then dead
+    env = {**pg_env, "WEBHOOK_RETRY_SCHEDULE_SECONDS": "0.05"}  # two attempts per generation, then dead
     with WebhookReceiver(quiet=True) as receiver:
         # Every delivery's first three requests fail: two make it dead before the race, the third makes it a
         # live retry during the race (recover makes it due again, a retry worker attempts it), the fourth succeeds.

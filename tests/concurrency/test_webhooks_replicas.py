@@ -59,7 +59,7 @@ def _env(db: str, store_url: str) -> dict[str, str]:
     # A slow answer would leave its delivery to a retry worker, which these runs do
     # not have: eight replicas of ten requests each can keep the receiver's answers
     # waiting on a loaded machine, so the read timeout is generous.
-    return webhook_env(db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), WEBHOOK_READ_TIMEOUT="20")
+    return webhook_env(db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), WEBHOOK_READ_TIMEOUT_SECONDS="20")
 
 
 def test_dispatch_replicas_post_each_delivery_exactly_once(

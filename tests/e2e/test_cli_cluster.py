@@ -26,7 +26,7 @@ def migrated_database(postgres_url: str) -> Iterator[str]:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = postgres_url.rsplit("/", 1)[0] + "/" + name
-    from onceonly_app.appdb.migrate import migrate
+    from onceonly_app.db.migrate import migrate
 
     migrate(url)
     yield url

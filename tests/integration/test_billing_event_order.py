@@ -15,7 +15,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.billing import webhook_events
+from onceonly_app.events import outbox
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_cli.testing.receiver import WebhookReceiver
@@ -34,14 +34,14 @@ def test_the_outbox_is_sent_in_sequence_order_not_transaction_start_order(
     with data.connect(jobs_db) as conn:
         webhook = data.add_subscription(conn, tenant)
     with pool.connection() as conn, conn.transaction():
-        webhook_events.fan_out(conn, f"evt_overdue_{unique}", "invoice.overdue", tenant, {"tenant_id": tenant})
+        outbox.fan_out(conn, f"evt_overdue_{unique}", "invoice.overdue", tenant, {"tenant_id": tenant})
     with pool.connection() as conn, conn.transaction():
-        webhook_events.fan_out(conn, f"evt_paid_{unique}", "invoice.paid", tenant, {"tenant_id": tenant})
+        outbox.fan_out(conn, f"evt_paid_{unique}", "invoice.paid", tenant, {"tenant_id": tenant})
         # its transaction began before the overdue run's (now() is the transaction's start)
         conn.execute("UPDATE webhook_outbox SET created_at = created_at - %s WHERE event_id = %s",
                      (LATER_CHANGE_EARLIER_START, f"evt_paid_{unique}"))
 
-    assert webhook_events.flush(pool, aws_client("sqs", moto_endpoint), sqs_queue, tenant=tenant).sent == 2
+    assert outbox.flush(pool, aws_client("sqs", moto_endpoint), sqs_queue, tenant=tenant).sent == 2
 
     sent = [m for m in drain_queue(moto_endpoint, sqs_queue) if m["webhook_id"] == webhook]
     assert [m["event_type"] for m in sent] == ["invoice.overdue", "invoice.paid"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import psycopg
 
-from onceonly_app.appdb.migrate import migrate
+from onceonly_app.db.migrate import migrate
 from tests.support.default_data import changes, fingerprint
 from tests.support.scratch import scratch_database
 

@@ -37,7 +37,7 @@ import pytest
 import requests
 
 import onceonly
-from onceonly_app.appdb.schema import apply_schema
+from onceonly_app.db.schema import apply_schema
 from tests.support.built_schema_function import source_custom_resource
 from tests.support.cfn_conditions import Conditions
 from tests.support.stack import REPO, STACK_REGION, parameters_for, tool, tool_env, transformed, upload_code

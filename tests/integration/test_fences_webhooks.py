@@ -23,10 +23,10 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.config import WebhookConfig
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.messages import DeliveryRequest
 from onceonly_app.webhooks.redrive import redrive
 from onceonly_app.webhooks.sender import SendResult, WebhookSender
@@ -96,10 +96,10 @@ class Holders:
         self.delivery_id = delivery_id_for(self.webhook_id, self.event_id)
         self._closers: list[Callable[[], None]] = []
 
-    def repo(self) -> DeliveryRepository:
+    def pool(self) -> ConnectionPool:
         pool = ConnectionPool(self.db, min_size=0, max_size=2, open=True)
         self._closers.append(pool.close)
-        return DeliveryRepository(pool)
+        return pool
 
     def service(self, sender: ScriptedSender, *, after_claim: Callable[[], None] | None = None,
                 config: WebhookConfig | None = None) -> WebhookService:
@@ -108,7 +108,7 @@ class Holders:
         queue = store.queue(self.config.queue_name)
         if after_claim is not None:
             queue = cast(onceonly.Queue, QueueWithSeam(queue, after_claim))
-        return WebhookService(self.repo(), queue, cast(WebhookSender, sender), config or self.config)
+        return WebhookService(self.pool(), queue, cast(WebhookSender, sender), config or self.config)
 
     def request(self) -> DeliveryRequest:
         return DeliveryRequest(self.webhook_id, self.event_id, "invoice.paid", {"invoice": self.event_id}, TENANT)
@@ -233,7 +233,8 @@ def dead_then_redriven(holders: Holders, config: WebhookConfig) -> None:
     holders.due_now()
     last = holders.service(ScriptedSender(500), config=config).run_retries(plenty_of_time)
     assert last.dead == 1
-    (redriven,) = redrive(holders.repo(), holders.queue, delivery_ids=[holders.delivery_id])
+    with holders.pool().connection() as conn:
+        (redriven,) = redrive(conn, holders.queue, delivery_ids=[holders.delivery_id])
     assert redriven.generation == 1
 
 

@@ -13,9 +13,9 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.appdb import clients
-from onceonly_app.appdb.migrate import MIGRATIONS_DIR
-from onceonly_app.appdb.schema import apply_schema
+from onceonly_app.db import clients
+from onceonly_app.db.migrate import MIGRATIONS_DIR
+from onceonly_app.db.schema import apply_schema
 from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.integration.test_jobs_overdue import (
     test_moves_open_invoices_due_before_the_tick_and_records_each_once as overdue_moves_each_invoice_once,

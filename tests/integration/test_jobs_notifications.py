@@ -13,10 +13,10 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.billing import notifications, overdue
-from onceonly_app.billing.aws import bounded_client, call_seconds
 from onceonly_app.billing.config import NotificationSettings
 from onceonly_app.billing.ses import SendError, SesNotifier
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.aws import bounded_client, call_seconds
+from onceonly_app.runtime.budget import Budget
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, sent_emails
 from tests.support.jobs_inprocess import run_tick

@@ -10,7 +10,7 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.billing import overdue
-from onceonly_app.budget import Budget, RunOutOfTimeError
+from onceonly_app.runtime.budget import Budget, RunOutOfTimeError
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import make_scope
 from tests.support.jobs_inprocess import run_tick

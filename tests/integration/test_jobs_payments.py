@@ -18,8 +18,9 @@ import onceonly
 from onceonly_app.billing import overdue, payment_watcher
 from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
-from onceonly_app.billing.webhook_events import fan_out, invoice_paid_event_id
-from onceonly_app.budget import Budget
+from onceonly_app.events.outbox import fan_out
+from onceonly_app.events.types import invoice_paid_event_id
+from onceonly_app.runtime.budget import Budget
 from onceonly_cli.testing.fake_payments import FakePayments, random_account
 from tests.support import jobs_data as data
 from tests.support.jobs_helpers import aws_client, drain_queue

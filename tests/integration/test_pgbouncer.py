@@ -146,7 +146,7 @@ def test_the_domain_pool_bounds_its_session_only_where_sessions_are_its_own(
     pooler they set nothing that would outlive a transaction, and stay bounded
     on the client."""
     url = pgbouncer.url(postgres_url, pool_mode="transaction") if through_pgbouncer else postgres_url
-    pool = bounded_pool(url, name="appdb-test", max_size=1, autocommit=False, session_bound=True)
+    pool = bounded_pool(url, name="db-test", max_size=1, autocommit=False, session_bound=True)
     try:
         with pool.connection() as conn:
             row = conn.execute("SHOW statement_timeout").fetchone()

@@ -19,7 +19,7 @@ CHILD = textwrap.dedent("""
 
     store = onceonly.connect(sys.argv[1])           # the coordination store's pool, as a handler builds it
     store.setup()                                    # round trips on its pool
-    pool = bounded_pool(sys.argv[1], name="appdb", max_size=2, autocommit=False)  # the domain pool
+    pool = bounded_pool(sys.argv[1], name="db", max_size=2, autocommit=False)  # the domain pool
     with pool.connection() as conn:
         conn.execute("SELECT 1")
     print("done", flush=True)                       # neither is closed: exit must still be prompt

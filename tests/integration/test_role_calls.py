@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import onceonly
-from onceonly_app.appdb.clients import coordination_store
-from onceonly_app.appdb.schema import apply_schema
+from onceonly_app.db.clients import coordination_store
+from onceonly_app.db.schema import apply_schema
 from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.support.api_calls import ApiCalls
 from tests.support.scratch import delete_table, scratch_database
@@ -62,7 +62,7 @@ def test_the_webhook_handlers_call_what_their_roles_grant_and_nothing_more(
     template = deployed("dynamodb")
     webhook = subscribe(webhook_db, receiver, Behaviour(fail_first=1))
     with lambda_env(webhook_env(webhook_db, table_url, WEBHOOK_QUEUE=f"roles-{unique}",
-                                WEBHOOK_RETRY_SCHEDULE="0.2")) as (dispatch, retry):
+                                WEBHOOK_RETRY_SCHEDULE_SECONDS="0.2")) as (dispatch, retry):
         client = coordination_store()._table.client  # type: ignore[attr-defined]  # the handlers' own
         with ApiCalls(client) as dispatched:
             dispatch(sqs_event([message(webhook, f"evt-{unique}")]), context("dispatch"))

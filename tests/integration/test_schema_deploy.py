@@ -22,8 +22,8 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_app.appdb import migrate
-from onceonly_app.appdb.schema import apply_schema
+from onceonly_app.db import migrate
+from onceonly_app.db.schema import apply_schema
 from tests.e2e.cli_support import one_line_error, run_cli
 from tests.support.built_schema_function import BuiltFunction, build, finished, finished_at, source_custom_resource
 from tests.support.cfn_response import ResponseUrl

@@ -14,7 +14,7 @@ import pytest
 from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
 
 import onceonly
-from onceonly_app.appdb import clients, settings
+from onceonly_app.db import clients, settings
 
 
 def _as_user(url: str, user: str) -> str:

@@ -18,9 +18,9 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_app.billing.webhook_events import SQS_BATCH, fan_out, message_body, sqs_batches
+from onceonly_app.events.limits import MAX_PAYLOAD_BYTES, MAX_RESPONSE_BYTES, SQS_MAX_BATCH_BYTES, PayloadError
+from onceonly_app.events.outbox import SQS_BATCH, fan_out, message_body, sqs_batches
 from onceonly_app.webhooks.deliveries import delivery_id_for
-from onceonly_app.webhooks.limits import MAX_PAYLOAD_BYTES, MAX_RESPONSE_BYTES, SQS_MAX_BATCH_BYTES, PayloadError
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret
 from onceonly_app.webhooks.ssrf import check_target

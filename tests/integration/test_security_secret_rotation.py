@@ -19,9 +19,14 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 import onceonly
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
-from onceonly_app.webhooks.rotation import MAX_PREVIOUS, UnknownSubscriptionError, rotate_secret
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
+from onceonly_app.webhooks.subscriptions import (
+    MAX_PREVIOUS,
+    SubscriptionDeletedError,
+    UnknownSubscriptionError,
+    rotate_secret,
+)
 from onceonly_cli.testing.receiver import ReceivedRequest, WebhookReceiver
 from tests.concurrency.race import BARRIER_TIMEOUT, History, run_workers
 from tests.e2e.cli_support import one_line_error, run_cli
@@ -31,9 +36,9 @@ pytest_plugins = ("tests.support.webhook_fixtures", "tests.support.jobs_fixtures
 
 
 @pytest.fixture
-def repo(webhook_db: str) -> Any:
-    with ConnectionPool(webhook_db, min_size=0, max_size=2, open=True) as pool:
-        yield DeliveryRepository(pool)
+def db(webhook_db: str) -> Any:
+    with psycopg.connect(webhook_db) as connection:
+        yield connection
 
 
 def deliver_one(webhook_db: str, postgres_url: str, receiver: WebhookReceiver, webhook_id: str) -> ReceivedRequest:
@@ -53,11 +58,11 @@ def verifies(secret: str, request: ReceivedRequest) -> bool:
 
 
 def test_during_the_overlap_old_and_new_secret_both_verify_the_same_request(
-        webhook_db: str, postgres_url: str, pg_store: onceonly.Store, receiver: WebhookReceiver, repo: Any) -> None:
+        webhook_db: str, postgres_url: str, pg_store: onceonly.Store, receiver: WebhookReceiver, db: Any) -> None:
     old = new_secret()
     endpoint = receiver.endpoint(new_id("ep"), old)  # the receiver still verifies with the old secret
     webhook_id = create_subscription(webhook_db, endpoint, old)
-    new = rotate_secret(repo, webhook_id, overlap=3600)
+    new = rotate_secret(db, webhook_id, overlap=3600)
     request = deliver_one(webhook_db, postgres_url, receiver, webhook_id)
     assert request.verified and request.status == 200
     assert len(request.headers["webhook-signature"].split(" ")) == 2
@@ -66,10 +71,10 @@ def test_during_the_overlap_old_and_new_secret_both_verify_the_same_request(
 
 
 def test_after_the_overlap_only_the_new_secret_verifies(
-        webhook_db: str, postgres_url: str, pg_store: onceonly.Store, receiver: WebhookReceiver, repo: Any) -> None:
+        webhook_db: str, postgres_url: str, pg_store: onceonly.Store, receiver: WebhookReceiver, db: Any) -> None:
     old = new_secret()
     webhook_id = create_subscription(webhook_db, receiver.endpoint(new_id("ep"), old), old)
-    new = rotate_secret(repo, webhook_id, overlap=1)
+    new = rotate_secret(db, webhook_id, overlap=1)
     time.sleep(1.5)  # the overlap ends (on the database's clock, which decides it both times)
     request = deliver_one(webhook_db, postgres_url, receiver, webhook_id)
     assert request.status == 401 and not request.verified  # the receiver never switched to the new secret
@@ -78,18 +83,18 @@ def test_after_the_overlap_only_the_new_secret_verifies(
 
 
 def test_rotations_keep_each_replaced_secret_for_its_own_overlap_and_at_most_a_few(
-        webhook_db: str, repo: Any) -> None:
+        webhook_db: str, db: Any) -> None:
     first = new_secret()
     webhook_id = create_subscription(webhook_db, "https://hooks.example.com/r", first)
-    second = rotate_secret(repo, webhook_id, overlap=3600)
-    third = rotate_secret(repo, webhook_id, overlap=0)  # `second` is retired at once; `first` keeps its hour
+    second = rotate_secret(db, webhook_id, overlap=3600)
+    third = rotate_secret(db, webhook_id, overlap=0)  # `second` is retired at once; `first` keeps its hour
     with psycopg.connect(webhook_db) as conn:
         secret, previous = conn.execute(
             "SELECT secret, previous_secrets FROM webhook_subscriptions WHERE id = %s", (webhook_id,)).fetchone()
     assert secret == third
     assert [p["secret"] for p in previous] == [first]  # `second`'s overlap (0 s) ended: dropped
     for _ in range(MAX_PREVIOUS + 3):
-        rotate_secret(repo, webhook_id, overlap=3600)
+        rotate_secret(db, webhook_id, overlap=3600)
     with psycopg.connect(webhook_db) as conn:
         (count,) = conn.execute("SELECT jsonb_array_length(previous_secrets) FROM webhook_subscriptions"
                                 " WHERE id = %s", (webhook_id,)).fetchone()
@@ -97,9 +102,23 @@ def test_rotations_keep_each_replaced_secret_for_its_own_overlap_and_at_most_a_f
     assert second not in {p["secret"] for p in previous}
 
 
-def test_rotating_an_unknown_subscription_is_an_error(repo: Any) -> None:
+def test_rotating_an_unknown_subscription_is_an_error(db: Any) -> None:
     with pytest.raises(UnknownSubscriptionError):
-        rotate_secret(repo, new_id("no-such-webhook"))
+        rotate_secret(db, new_id("no-such-webhook"))
+
+
+def test_rotating_a_deleted_subscription_or_with_a_negative_overlap_is_an_error_and_changes_nothing(
+        webhook_db: str, db: Any) -> None:
+    old = new_secret()
+    webhook_id = create_subscription(webhook_db, "https://hooks.example.com/neg", old)
+    with pytest.raises(ValueError, match="overlap"):
+        rotate_secret(db, webhook_id, overlap=-1)
+    db.execute("UPDATE webhook_subscriptions SET enabled = false, deleted_at = now() WHERE id = %s", (webhook_id,))
+    db.commit()
+    with pytest.raises(SubscriptionDeletedError):
+        rotate_secret(db, webhook_id)
+    (secret,) = db.execute("SELECT secret FROM webhook_subscriptions WHERE id = %s", (webhook_id,)).fetchone()
+    assert secret == old
 
 
 def test_the_rotate_secret_command_prints_the_new_secret_and_keeps_the_old_one(webhook_db: str) -> None:
@@ -135,7 +154,8 @@ def rotating_worker(n: int, barrier: Any, history_path: Path, db_url: str, webho
         with pool.connection() as conn:
             conn.execute("SELECT 1")
         barrier.wait(timeout=BARRIER_TIMEOUT)
-        rotated = DeliveryRepository(pool).rotate_secret(webhook_id, secret, 3600, MAX_PREVIOUS)
+        with pool.connection() as conn:
+            rotated = rotate_secret(conn, webhook_id, overlap=3600, secret=secret, actor=f"operator-{n}") == secret
     history.write(worker=n, rotated=rotated, secret=secret)
     history.close()
 

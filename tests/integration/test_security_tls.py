@@ -24,8 +24,8 @@ import pytest
 import requests
 
 import onceonly
-from onceonly_app.billing.aws import bounded_client
 from onceonly_app.billing.payments_api import PaymentsApiError, PaymentsClient
+from onceonly_app.runtime.aws import bounded_client
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.ssrf import check_target
 from tests.support import REPO_ROOT

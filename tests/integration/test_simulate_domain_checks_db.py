@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from onceonly_app.appdb.migrate import migrate
+from onceonly_app.db.migrate import migrate
 from onceonly_cli.local.scratch import scratch_database
 from onceonly_cli.simulate.billing_checks import billing_invariants
 from onceonly_cli.simulate.payment_checks import SeededPayment, payment_invariants

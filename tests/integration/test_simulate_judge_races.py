@@ -19,7 +19,7 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly_app.webhooks.config import WebhookConfig
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.messages import DeliveryRequest
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.service import WebhookService
@@ -41,7 +41,7 @@ def _service(webhook_db: str, store: onceonly.Store) -> tuple[WebhookService, Co
     pool = ConnectionPool(webhook_db, min_size=0, max_size=2, open=True)
     config = WebhookConfig(retry_schedule=(30.0,), allow_http_hosts=frozenset({"127.0.0.1"}), connect_timeout=2,
                            read_timeout=5, queue_name=new_id("q"))
-    service = WebhookService(DeliveryRepository(pool), store.queue(config.queue_name),
+    service = WebhookService(pool, store.queue(config.queue_name),
                              WebhookSender(config.connect_timeout, config.read_timeout), config,
                              logger=logging.getLogger("test"))
     return service, pool

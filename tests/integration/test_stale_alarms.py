@@ -1,7 +1,7 @@
 """The five stale alarms of the deployed template, evaluated the way
 CloudWatch does (tests/support/cloudwatch_alarms.py) over a timeline of the
 samples the stack publishes: the schema step's first sample at the deploy
-(onceonly_app/appdb/alarm_clocks.py) and one per run of each schedule. A new,
+(onceonly_app/db/alarm_clocks.py) and one per run of each schedule. A new,
 healthy stack is never in ALARM, whenever it is deployed; a stall is in
 ALARM within the window its description states (plus one period: CloudWatch
 evaluates complete periods). Without the deploy's sample, the new stack
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from onceonly_app.appdb import alarm_clocks
+from onceonly_app.db import alarm_clocks
 from tests.support.cfn_conditions import Conditions
 from tests.support.cloudwatch_alarms import Alarm
 from tests.support.stack import parameters_for, transformed

@@ -19,10 +19,10 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_app.appdb.schema import apply_schema
-from onceonly_app.appdb.store_identity import MARKER, identify, location
-from onceonly_app.appdb.store_switch import StackConflictError, stack_of
 from onceonly_app.billing.payment_watcher import cursor_name
+from onceonly_app.db.schema import apply_schema
+from onceonly_app.db.store_identity import MARKER, identify, location
+from onceonly_app.db.store_switch import StackConflictError, stack_of
 from onceonly_cli.testing.fake_payments import FakePayments
 from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.concurrency.race import run_workers
@@ -101,7 +101,7 @@ def test_a_new_store_loses_no_payment_and_no_retry(
 
     # Webhooks on the old store: the first attempt fails, the retry waits in the old store's queue.
     webhook = subscribe(db, receiver, Behaviour(fail_first=1))
-    with lambda_env(webhook_env(db, old_store, WEBHOOK_RETRY_SCHEDULE="1")) as (dispatch, _):
+    with lambda_env(webhook_env(db, old_store, WEBHOOK_RETRY_SCHEDULE_SECONDS="1")) as (dispatch, _):
         dispatch(sqs_event([message(webhook, "evt-stranded")]), context("dispatch"))
     (stranded,) = deliveries_for(db, [webhook])
     assert stranded["status"] == "retrying" and stranded["generation"] == 0
@@ -131,7 +131,7 @@ def test_a_new_store_loses_no_payment_and_no_retry(
         assert data.rows(conn, "SELECT status FROM invoices WHERE id = %s", invoice) == [{"status": "paid"}]
 
     # The stranded retry: the retry function on the new store delivers it.
-    with lambda_env(webhook_env(db, new_store, WEBHOOK_RETRY_SCHEDULE="1")) as (_, retry):
+    with lambda_env(webhook_env(db, new_store, WEBHOOK_RETRY_SCHEDULE_SECONDS="1")) as (_, retry):
         drive_retries(retry, lambda: deliveries_for(db, [webhook])[0]["status"] == "succeeded")
     (delivered,) = deliveries_for(db, [webhook])
     assert delivered["generation"] == 1 and delivered["attempts"] == 2
@@ -201,7 +201,7 @@ def test_onceonly_migrate_repairs_by_hand_and_again_on_request(db: str, old_stor
     while the deploy switched them), and is safe to run twice."""
     apply_schema(db, old_store)
     webhook = subscribe(db, receiver, Behaviour(fail_first=1))
-    with lambda_env(webhook_env(db, old_store, WEBHOOK_RETRY_SCHEDULE="3600")) as (dispatch, _):
+    with lambda_env(webhook_env(db, old_store, WEBHOOK_RETRY_SCHEDULE_SECONDS="3600")) as (dispatch, _):
         dispatch(sqs_event([message(webhook, "evt-cli")]), context("dispatch"))
     moved = run_cli("migrate", "--database", db, "--store", db)
     assert moved.returncode == 0, moved.stderr

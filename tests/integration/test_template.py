@@ -78,7 +78,7 @@ def test_sam_build(tmp_path: Path) -> None:
     assert (layer / "onceonly" / "stores" / "redis" / "lua" / "claim.lua").exists()
     assert (layer / "onceonly" / "stores" / "dynamodb" / "queue.py").exists()
     assert (layer / "psycopg").is_dir() and (layer / "redis").is_dir()
-    assert "BEGIN CERTIFICATE" in (layer / "onceonly_app" / "appdb" / "certs" / "rds-global-bundle.pem").read_text()
+    assert "BEGIN CERTIFICATE" in (layer / "onceonly_app" / "db" / "certs" / "rds-global-bundle.pem").read_text()
     # the local tooling never ships in the layer, nor do the tests' pause hooks
     assert not (layer / "onceonly_cli").exists() and not (layer / "rich").exists()
     ours = [*layer.joinpath("onceonly").rglob("*.py"), *layer.joinpath("onceonly_app").rglob("*.py")]

@@ -42,7 +42,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
 @contextmanager
 def counted_takes() -> Iterator[Counter[int]]:
     """How many wants each take_permits call of the handlers' coordination store carried."""
-    from onceonly_app.appdb import clients
+    from onceonly_app.db import clients
 
     takes: Counter[int] = Counter()
     store = clients.coordination_store()
@@ -121,7 +121,7 @@ def test_a_retry_batch_admits_together_and_gives_unused_admissions_back(
         dispatch(sqs_event([message(w, new_id("evt")) for w in webhook_ids]), context("dispatch", 30))
         assert _statuses(webhook_db, webhook_ids) == ["retrying"] * 3  # each first attempt failed
         _cap_one(webhook_db, webhook_ids, webhook_ids[:1])
-        time.sleep(0.5)  # the retries are due (WEBHOOK_RETRY_SCHEDULE 0.2 s)
+        time.sleep(0.5)  # the retries are due (WEBHOOK_RETRY_SCHEDULE_SECONDS 0.2 s)
         with counted_takes() as takes:
             retry(scheduled_event(), context("retry", 30))
     assert takes == Counter({3: 1}), "the claimed batch's requests were not admitted together"

@@ -24,10 +24,10 @@ import onceonly
 from onceonly_app.billing import notifications
 from onceonly_app.billing.config import NotificationSettings
 from onceonly_app.billing.ses import SesNotifier
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.config import WebhookConfig
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.endpoint_health import (
     ENDPOINT_DISABLED,
     MESSAGE_EXHAUSTED,
@@ -87,7 +87,7 @@ def _service(pool: ConnectionPool, store: onceonly.Store, queue_name: str, clock
     health = EndpointHealth(pool, queue, period=config.auto_disable_after, lease=config.attempt_lease,
                             clock=clock, log=logging.getLogger("test"))
     sender = WebhookSender(config.connect_timeout, config.read_timeout)
-    return WebhookService(DeliveryRepository(pool), queue, sender, config, health=health)
+    return WebhookService(pool, queue, sender, config, health=health)
 
 
 def _dispatch(service: WebhookService, webhook_id: str, tenant: str) -> str:
@@ -215,7 +215,8 @@ def test_a_message_out_of_attempts_is_announced_once_and_a_notice_never_announce
 def test_the_real_handlers_disable_after_the_configured_period(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
         receiver: WebhookReceiver) -> None:
-    env = {**pg_env, "WEBHOOK_AUTO_DISABLE_AFTER": "1", "WEBHOOK_RETRY_SCHEDULE": "0.3,0.3,0.3,0.3,0.3,0.3"}
+    env = {**pg_env, "WEBHOOK_AUTO_DISABLE_AFTER_SECONDS": "1",
+           "WEBHOOK_RETRY_SCHEDULE_SECONDS": "0.3,0.3,0.3,0.3,0.3,0.3"}
     webhook_id, _ = add_subscription(conn, tenant, receiver, FAILING)
     with lambda_env(env) as (dispatch, retry):
         dispatch(sqs_event([message(webhook_id, new_id("evt"), tenant_id=tenant)]), context("dispatch"))

@@ -6,7 +6,7 @@ again. The records phase 1 left to start at their turn (too little
 invocation time to be sure of them) get their own safety nets later, but
 their requests too must end inside the batch's first one.
 
-Setting: WEBHOOK_ATTEMPT_LEASE (3 s) shorter than the invocation (10 s after
+Setting: WEBHOOK_ATTEMPT_LEASE_SECONDS (3 s) shorter than the invocation (10 s after
 the margin), one request at a time, 16 records of 0.4 s: the last six are
 started at their turn."""
 
@@ -47,9 +47,10 @@ def test_every_outcome_of_a_batch_is_recorded_before_its_first_safety_net_is_due
     webhook_id = subscribe(webhook_db, receiver, Behaviour(latency=0.4))
     events = [new_id("evt") for _ in range(RECORDS)]
     ids = [delivery_id_for(webhook_id, e) for e in events]
-    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"), WEBHOOK_ATTEMPT_TIMEOUT="1",
-                      WEBHOOK_ATTEMPT_LEASE=str(LEASE), WEBHOOK_MAX_IN_FLIGHT="1", WEBHOOK_CLAIM_BATCH="1",
-                      WEBHOOK_DEADLINE_MARGIN="5")
+    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"),
+                      WEBHOOK_ATTEMPT_TIMEOUT_SECONDS="1",
+                      WEBHOOK_ATTEMPT_LEASE_SECONDS=str(LEASE), WEBHOOK_MAX_IN_FLIGHT="1", WEBHOOK_CLAIM_BATCH="1",
+                      WEBHOOK_DEADLINE_MARGIN_SECONDS="5")
     with lambda_env(env) as (dispatch, retry):
         answer = dispatch(sqs_event([message(webhook_id, e) for e in events]), context("dispatch", 15))
         assert answer == {"batchItemFailures": []}

@@ -24,7 +24,8 @@ from psycopg_pool import ConnectionPool
 
 import onceonly
 from onceonly.errors import StoreUnavailableError
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks import deliveries as records
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.dispatch_batch import outage_visibility
 from onceonly_app.webhooks.sender import SendResult, WebhookSender
 from onceonly_cli.testing.receiver import Behaviour, Reply, WebhookReceiver
@@ -108,7 +109,8 @@ def test_an_attempt_that_never_records_its_outcome_still_counts(
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_CLAIM_BATCH="1",
-                      WEBHOOK_CONNECT_TIMEOUT="0.3", WEBHOOK_READ_TIMEOUT="0.5", WEBHOOK_ATTEMPT_LEASE="1")
+                      WEBHOOK_CONNECT_TIMEOUT_SECONDS="0.3", WEBHOOK_READ_TIMEOUT_SECONDS="0.5",
+                      WEBHOOK_ATTEMPT_LEASE_SECONDS="1")
     with lambda_env(env) as (dispatch, retry):
         with pytest.raises(BatchProcessingError):  # its only record failed: the whole batch goes back
             dispatch(sqs_event([message(webhook_id, event_id)]), context("dispatch"))
@@ -155,13 +157,13 @@ def test_a_trickling_endpoint_is_cut_off_at_the_attempt_deadline(
     webhook_db: str, store_url: str, queue_name: str, receiver: WebhookReceiver
 ) -> None:
     """The answer comes a byte every 50 ms: no read ever times out, and the whole
-    answer would take about 8 s. WEBHOOK_ATTEMPT_TIMEOUT (1 s) ends the attempt."""
+    answer would take about 8 s. WEBHOOK_ATTEMPT_TIMEOUT_SECONDS (1 s) ends the attempt."""
     bound = 1.0
     webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     receiver.script(delivery_id, [Reply(200, trickle=0.05)])
-    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_ATTEMPT_TIMEOUT=str(bound))
+    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_ATTEMPT_TIMEOUT_SECONDS=str(bound))
     with lambda_env(env) as (dispatch, _):
         assert dispatch(sqs_event([message(webhook_id, event_id)]), context("dispatch")) == {"batchItemFailures": []}
     row = deliveries(webhook_db, [delivery_id])[delivery_id]
@@ -179,8 +181,8 @@ def test_the_dispatcher_does_not_start_records_it_cannot_finish_in_time(
     before its deadline. (Sending concurrently: test_webhooks_concurrent.py.)"""
     webhook_id = subscribe(webhook_db, receiver, Behaviour(latency=0.8))
     events = [new_id("evt") for _ in range(5)]
-    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_ATTEMPT_TIMEOUT="1",
-                      WEBHOOK_DEADLINE_MARGIN="1", WEBHOOK_MAX_IN_FLIGHT="1")
+    env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_ATTEMPT_TIMEOUT_SECONDS="1",
+                      WEBHOOK_DEADLINE_MARGIN_SECONDS="1", WEBHOOK_MAX_IN_FLIGHT="1")
     event = sqs_event([message(webhook_id, e) for e in events])
     invocation = context("dispatch", timeout=3.5)
     with lambda_env(env) as (dispatch, _):
@@ -210,8 +212,8 @@ def test_a_store_outage_sends_records_back_later_not_towards_the_dead_letter_que
     maxReceiveCount moves it to the DLQ); the valid records stop at the first
     unavailable store and come back only after a backoff that grows with their
     receive count. Once the store is back, every valid event is delivered."""
-    short = {"WEBHOOK_QUEUE": queue_name, "WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_CONNECT_TIMEOUT": "0.3",
-             "WEBHOOK_READ_TIMEOUT": "0.5", "WEBHOOK_ATTEMPT_LEASE": "1"}
+    short = {"WEBHOOK_QUEUE": queue_name, "WEBHOOK_CLAIM_BATCH": "1", "WEBHOOK_CONNECT_TIMEOUT_SECONDS": "0.3",
+             "WEBHOOK_READ_TIMEOUT_SECONDS": "0.5", "WEBHOOK_ATTEMPT_LEASE_SECONDS": "1"}
     webhook_id = subscribe(webhook_db, receiver)
     done, *held = (new_id("evt") for _ in range(4))
     with lambda_env(webhook_env(webhook_db, store_url, **short)) as (dispatch, _):
@@ -263,6 +265,7 @@ def test_an_unreachable_domain_database_is_a_store_outage_not_a_driver_error() -
     bad claim: StoreUnavailableError, raised from the driver's error."""
     url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/nowhere"
     with ConnectionPool(url, min_size=0, max_size=1, timeout=0.5, open=True) as pool, \
-            pytest.raises(StoreUnavailableError, match="domain database unavailable") as info:
-        DeliveryRepository(pool).state("msg_any")
+            pytest.raises(StoreUnavailableError, match="domain database unavailable") as info, \
+            records.connection(pool) as conn:
+        records.state(conn, "msg_any")
     assert isinstance(info.value.__cause__, psycopg.OperationalError)

@@ -39,7 +39,7 @@ pytest_plugins = ("tests.support.webhook_fixtures",)
 
 LATENCY = 0.3  # each endpoint answers after this, so the requests of one round overlap
 # For the deadline: 3 s attempts, 2 s answers, a 7.5 s invocation (the tests say why).
-SHORT_ATTEMPTS = {"WEBHOOK_CONNECT_TIMEOUT": "0.5", "WEBHOOK_READ_TIMEOUT": "2.5"}
+SHORT_ATTEMPTS = {"WEBHOOK_CONNECT_TIMEOUT_SECONDS": "0.5", "WEBHOOK_READ_TIMEOUT_SECONDS": "2.5"}
 LATE = 2.0
 INVOCATION = 7.5
 

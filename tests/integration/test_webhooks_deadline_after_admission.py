@@ -40,7 +40,7 @@ from tests.support.webhooks import (
 
 pytest_plugins = ("tests.support.webhook_fixtures",)
 
-ATTEMPT_TIMEOUT = 1.2  # the request's whole deadline (WEBHOOK_ATTEMPT_TIMEOUT)
+ATTEMPT_TIMEOUT = 1.2  # the request's whole deadline (WEBHOOK_ATTEMPT_TIMEOUT_SECONDS)
 
 
 @pytest.fixture(params=["postgres", "redis"])
@@ -79,7 +79,7 @@ def test_a_slow_admission_leaves_the_request_its_whole_deadline(
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"),
-                      WEBHOOK_ATTEMPT_TIMEOUT=str(ATTEMPT_TIMEOUT))
+                      WEBHOOK_ATTEMPT_TIMEOUT_SECONDS=str(ATTEMPT_TIMEOUT))
     with lambda_env(env) as (dispatch, _):
         started = time.time()
         assert dispatch(sqs_event([message(webhook_id, event_id)]), context("dispatch")) == {"batchItemFailures": []}
@@ -105,7 +105,7 @@ def test_an_admission_slowed_past_the_lease_sends_nothing(
     event_id = new_id("evt")
     delivery_id = delivery_id_for(webhook_id, event_id)
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=new_id("webhook-retries"),
-                      WEBHOOK_ATTEMPT_TIMEOUT=str(ATTEMPT_TIMEOUT), WEBHOOK_ATTEMPT_LEASE="2")
+                      WEBHOOK_ATTEMPT_TIMEOUT_SECONDS=str(ATTEMPT_TIMEOUT), WEBHOOK_ATTEMPT_LEASE_SECONDS="2")
     with lambda_env(env) as (dispatch, retry):
         assert dispatch(sqs_event([message(webhook_id, event_id)]), context("dispatch")) == {"batchItemFailures": []}
         assert len(slow.admitted_at) == 1 and receiver.counts() == {}

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from onceonly_app.appdb.migrate import migrate
+from onceonly_app.db.migrate import migrate
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.endpoint_limits import MIN_RATE
 from onceonly_app.webhooks.subscriptions import InvalidSubscriptionError

@@ -45,7 +45,7 @@ def _statuses(webhook_db: str, ids: list[str]) -> list[str]:
 def test_recover_sends_the_windows_failed_deliveries_once_each_and_replay_the_succeeded_too(
         pg_env: dict[str, str], webhook_db: str, conn: psycopg.Connection, tenant: str,
         receiver: WebhookReceiver, pg_store: onceonly.Store) -> None:
-    env = {**pg_env, "WEBHOOK_RETRY_SCHEDULE": "0.05"}  # two attempts, then dead
+    env = {**pg_env, "WEBHOOK_RETRY_SCHEDULE_SECONDS": "0.05"}  # two attempts, then dead
     queue = pg_store.queue(env["WEBHOOK_QUEUE"])
     webhook_id, _ = add_subscription(conn, tenant, receiver)
     names = ("dead", "aborted", "expired", "ok", "old")

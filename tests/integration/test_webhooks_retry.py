@@ -10,11 +10,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
-from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.webhooks.deliveries import DeliveryRepository, delivery_id_for
+from onceonly_app.webhooks import deliveries as records
+from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.messages import DeliveryRequest
 from onceonly_app.webhooks.redrive import list_dead, redrive
 from onceonly_app.webhooks.signing import new_secret
@@ -39,10 +40,9 @@ pytest_plugins = ("tests.support.webhook_fixtures",)
 
 
 @pytest.fixture
-def repo(webhook_db: str) -> Iterator[DeliveryRepository]:
-    pool = ConnectionPool(webhook_db, min_size=0, max_size=2, open=True)
-    yield DeliveryRepository(pool)
-    pool.close()
+def db(webhook_db: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(webhook_db, autocommit=True) as conn:  # each statement its own transaction
+        yield conn
 
 
 def test_tokens_start_at_zero_so_the_dispatcher_owns_token_0(store: onceonly.Store, unique: str) -> None:
@@ -114,7 +114,7 @@ def test_410_gone_disables_the_subscription(
 
 def test_dead_after_the_last_attempt_and_redrive_requeues(
     env: dict[str, str], webhook_db: str, store: onceonly.Store, queue_name: str, receiver: WebhookReceiver,
-    repo: DeliveryRepository,
+    db: psycopg.Connection,
 ) -> None:
     webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
@@ -125,8 +125,8 @@ def test_dead_after_the_last_attempt_and_redrive_requeues(
         summaries = drive_retries(retry, lambda: deliveries(webhook_db, [delivery_id])[delivery_id]["status"] == "dead")
         assert sum(s["dead"] for s in summaries) == 1
         assert store.queue(queue_name).depth().total == 0  # a dead delivery leaves the queue
-        assert delivery_id in {d["id"] for d in list_dead(repo, webhook_id=webhook_id)}
-        (redriven,) = redrive(repo, store.queue(queue_name), delivery_ids=[delivery_id])
+        assert delivery_id in {d["id"] for d in list_dead(db, webhook_id=webhook_id)}
+        (redriven,) = redrive(db, store.queue(queue_name), delivery_ids=[delivery_id])
         assert redriven.generation == 1
         drive_retries(retry, lambda: receiver.successes()[delivery_id] == 1)
     assert [r.status for r in receiver.history(delivery_id)] == [500, 500, 500, 500, 200]
@@ -164,18 +164,19 @@ def test_a_refused_url_dead_letters_without_connecting(
 @pytest.mark.parametrize("redelivered_after", [1.2, 0.0], ids=["after-the-lease", "within-the-lease"])
 def test_a_stranded_delivery_is_recovered_by_the_redelivered_message(
     webhook_db: str, store: onceonly.Store, store_url: str, queue_name: str, receiver: WebhookReceiver,
-    repo: DeliveryRepository, redelivered_after: float,
+    db: psycopg.Connection, redelivered_after: float,
 ) -> None:
     """The dispatcher died after the INSERT and before queueing the safety net: SQS
     redelivers the message, the duplicate path sees a delivery nobody ever
     attempted and re-arms the net. However soon the message comes back (here at
     once, well inside the lease): it may be the last message of that event."""
     env = webhook_env(webhook_db, store_url, WEBHOOK_QUEUE=queue_name, WEBHOOK_CLAIM_BATCH="1",
-                      WEBHOOK_CONNECT_TIMEOUT="0.3", WEBHOOK_READ_TIMEOUT="0.5", WEBHOOK_ATTEMPT_LEASE="1")
+                      WEBHOOK_CONNECT_TIMEOUT_SECONDS="0.3", WEBHOOK_READ_TIMEOUT_SECONDS="0.5",
+                      WEBHOOK_ATTEMPT_LEASE_SECONDS="1")
     webhook_id = subscribe(webhook_db, receiver)
     event_id = new_id("evt")
-    delivery_id = repo.create(
-        DeliveryRequest(webhook_id, event_id, "invoice.paid", {"n": 1}, TENANT))
+    delivery_id = records.create(
+        db, DeliveryRequest(webhook_id, event_id, "invoice.paid", {"n": 1}, TENANT))
     assert delivery_id is not None
     time.sleep(redelivered_after)
     with lambda_env(env) as (dispatch, retry):

@@ -20,7 +20,9 @@ from psycopg_pool import ConnectionPool
 from standardwebhooks import Webhook
 
 import onceonly
-from onceonly_app.billing import overdue, webhook_events
+from onceonly_app.billing import overdue
+from onceonly_app.events import outbox
+from onceonly_app.events.types import EVENT_TYPES, invoice_event_id
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.subscriptions import InvalidSubscriptionError
@@ -233,16 +235,16 @@ def _outbox(conn: psycopg.Connection, event_id: str) -> set[str]:
     return {row[0] for row in rows}
 
 
-@pytest.mark.parametrize("event_type", webhook_events.EVENT_TYPES)
+@pytest.mark.parametrize("event_type", EVENT_TYPES)
 def test_the_fan_out_writes_an_event_only_for_the_subscriptions_whose_filter_wants_its_type(
         conn: psycopg.Connection, tenant: str, event_type: str) -> None:
-    others = [t for t in webhook_events.EVENT_TYPES if t != event_type]
+    others = [t for t in EVENT_TYPES if t != event_type]
     unfiltered = subscriptions.add(conn, tenant, "http://127.0.0.1:9/", allow_http_hosts=LOCAL).id
     wants_it = subscriptions.add(conn, tenant, "http://127.0.0.1:9/", [event_type], allow_http_hosts=LOCAL).id
     wants_others = subscriptions.add(conn, tenant, "http://127.0.0.1:9/", others, allow_http_hosts=LOCAL).id
     event_id = new_id("evt")
     with conn.transaction():
-        webhook_events.fan_out(conn, event_id, event_type, tenant, {"n": 1})
+        outbox.fan_out(conn, event_id, event_type, tenant, {"n": 1})
     assert _outbox(conn, event_id) == {unfiltered, wants_it}
     assert wants_others not in _outbox(conn, event_id)
 
@@ -251,7 +253,7 @@ def test_the_fan_out_writes_an_event_only_for_the_subscriptions_whose_filter_wan
     subscriptions.update(conn, wants_others, all_event_types=True)
     later = new_id("evt")
     with conn.transaction():
-        webhook_events.fan_out(conn, later, event_type, tenant, {"n": 2})
+        outbox.fan_out(conn, later, event_type, tenant, {"n": 2})
     assert _outbox(conn, later) == {unfiltered, wants_others}
     assert _outbox(conn, event_id) == {unfiltered, wants_it}  # the earlier event's rows stay
 
@@ -268,7 +270,7 @@ def test_the_overdue_job_emits_invoice_overdue_only_to_subscriptions_that_want_i
     rows = conn.execute("SELECT webhook_id, event_id, event_type, payload FROM webhook_outbox WHERE tenant_id = %s",
                         (tenant,)).fetchall()
     assert [(r[0], r[1], r[2]) for r in rows] == [
-        (wants, webhook_events.invoice_event_id("invoice.overdue", invoice), "invoice.overdue")]
+        (wants, invoice_event_id("invoice.overdue", invoice), "invoice.overdue")]
     assert rows[0][3]["invoice_id"] == invoice and rows[0][3]["due_on"] == "2026-11-01"
     assert paid_only not in {r[0] for r in rows}
 

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_app.appdb.migrate import migrate
-from onceonly_app.billing import webhook_events
+from onceonly_app.db.migrate import migrate
+from onceonly_app.events import outbox
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import SQL, delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
@@ -128,9 +128,9 @@ def test_the_fan_out_keeps_events_for_a_disabled_subscription_and_none_for_a_del
     subscriptions.delete(conn, deleted)
     event_id = new_id("evt")
     with conn.transaction():
-        webhook_events.fan_out(conn, event_id, "invoice.paid", tenant, {"invoice_id": "inv_1"})
-    outbox = [r[0] for r in conn.execute("SELECT webhook_id FROM webhook_outbox WHERE event_id = %s", (event_id,))]
-    assert outbox == [disabled]
+        outbox.fan_out(conn, event_id, "invoice.paid", tenant, {"invoice_id": "inv_1"})
+    queued = [r[0] for r in conn.execute("SELECT webhook_id FROM webhook_outbox WHERE event_id = %s", (event_id,))]
+    assert queued == [disabled]
 
 
 def test_held_events_older_than_the_retention_expire_instead_of_being_sent(
@@ -292,7 +292,8 @@ def test_a_delete_while_a_request_is_in_flight_ends_it_dropped(
     delivery_id = delivery_id_for(webhook_id, event_id)
     # The dispatcher cannot record its outcome on a dropped delivery: its safety
     # net comes due when the attempt's lease ends, shortened here from 30 s.
-    short_lease = {**env, "WEBHOOK_CONNECT_TIMEOUT": "1", "WEBHOOK_READ_TIMEOUT": "4", "WEBHOOK_ATTEMPT_LEASE": "6"}
+    short_lease = {**env, "WEBHOOK_CONNECT_TIMEOUT_SECONDS": "1", "WEBHOOK_READ_TIMEOUT_SECONDS": "4",
+                   "WEBHOOK_ATTEMPT_LEASE_SECONDS": "6"}
     with lambda_env(short_lease) as (dispatch, retry):
         with _in_flight(dispatch, receiver, webhook_id, event_id, 500):
             assert subscriptions.delete(conn, webhook_id) == [delivery_id]

@@ -17,10 +17,12 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.appdb.migrate import migrate
-from onceonly_app.billing import payment_watcher, webhook_events
+from onceonly_app.billing import payment_watcher
 from onceonly_app.billing.assets import AcceptedAssets
 from onceonly_app.billing.payments_api import PaymentsClient
+from onceonly_app.db.migrate import migrate
+from onceonly_app.events import outbox
+from onceonly_app.events.types import EVENT_TYPES
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.signing import new_secret
@@ -57,7 +59,7 @@ class Producers:
             self.pay_an_invoice(tenant)
             return
         with self.pool.connection() as conn, conn.transaction():
-            webhook_events.fan_out(conn, new_id("evt"), event_type, tenant, {"tenant_id": tenant})
+            outbox.fan_out(conn, new_id("evt"), event_type, tenant, {"tenant_id": tenant})
 
     def pay_an_invoice(self, tenant: str) -> None:
         """The payment watcher pays an invoice of ``tenant``, on its own receiving account."""
@@ -90,11 +92,11 @@ def test_each_tenant_receives_only_its_own_events_of_every_type(
 
     sqs = aws_client("sqs", moto_endpoint)
     producers = Producers(pool, pg_store, sqs, sqs_queue)
-    for event_type in webhook_events.EVENT_TYPES:
+    for event_type in EVENT_TYPES:
         for tenant in tenants:
             producers.emit(event_type, tenant)
     for tenant in tenants:
-        assert webhook_events.flush(pool, sqs, sqs_queue, tenant=tenant).failed == 0
+        assert outbox.flush(pool, sqs, sqs_queue, tenant=tenant).failed == 0
     messages = drain_queue(moto_endpoint, sqs_queue)
 
     # Every message names its subscription's tenant, and no subscription got another's.
@@ -109,7 +111,7 @@ def test_each_tenant_receives_only_its_own_events_of_every_type(
         assert request.verified and request.status == 200
         received[request.endpoint].append(json.loads(request.body))
     for tenant in tenants:
-        assert sorted(body["type"] for body in received[tenant]) == sorted(webhook_events.EVENT_TYPES)
+        assert sorted(body["type"] for body in received[tenant]) == sorted(EVENT_TYPES)
         assert {body["data"]["tenant_id"] for body in received[tenant]} == {tenant}
         for body in received[tenant]:  # what a receiver orders by (docs/webhooks.md)
             assert datetime.fromisoformat(body["timestamp"]).tzinfo is not None
@@ -189,12 +191,12 @@ def test_upgrade_of_a_multi_tenant_install_leaves_no_subscription_receiving_anot
     assert _tenants(before_0004, "webhook_deliveries") == {delivery_id_for("wh-1", "evt-1"): "t1",
                                                            delivery_id_for("wh-2", "evt-2"): None}
     with psycopg.connect(before_0004, autocommit=True) as conn:
-        webhook_events.fan_out(conn, "evt-new", "invoice.paid", "t1", {})
+        outbox.fan_out(conn, "evt-new", "invoice.paid", "t1", {})
         assert conn.execute("SELECT count(*) FROM webhook_outbox WHERE event_id = 'evt-new'").fetchone() == (0,)
         with pytest.raises(psycopg.errors.CheckViolation, match="webhook_subscriptions_tenant_required"):
             conn.execute("INSERT INTO webhook_subscriptions (id, url, secret) VALUES ('wh-3', 'https://x.test/', "
                          "'whsec_x')")
         conn.execute("UPDATE webhook_subscriptions SET tenant_id = 't1' WHERE id = 'wh-1'")  # the operator
-        webhook_events.fan_out(conn, "evt-newer", "invoice.paid", "t1", {})
+        outbox.fan_out(conn, "evt-newer", "invoice.paid", "t1", {})
         rows = conn.execute("SELECT webhook_id FROM webhook_outbox WHERE event_id = 'evt-newer'").fetchall()
     assert rows == [("wh-1",)]

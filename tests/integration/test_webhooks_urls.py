@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks import subscriptions
 from onceonly_app.webhooks.deliveries import delivery_id_for
 from onceonly_app.webhooks.sender import WebhookSender

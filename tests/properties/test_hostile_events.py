@@ -16,14 +16,12 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import logging
 import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -219,24 +217,16 @@ def scheduled_handlers(jobs_db: str, postgres_url: str, moto_endpoint: str, ses_
                        fake_payments: FakePayments, unique: str, monkeypatch: pytest.MonkeyPatch,
                        fresh_clients: None) -> tuple[dict[str, Any], dict[str, str]]:
     """The four jobs' real handlers, loaded in this process on a tenant with no
-    data and under a job name of this test's own (as onceonly_cli.job_scope does
-    in a child, but undone afterwards)."""
-    from onceonly_app.billing.config import JobSettings
-
-    env = {"DATABASE_URL": jobs_db, "ONCEONLY_STORE_URL": postgres_url, "SES_FROM_ADDRESS": ses_sender,
+    data and under a job name of this test's own: both are settings the
+    handlers read at cold start (BILLING_TENANT, BILLING_JOB_NAME)."""
+    env = {"BILLING_TENANT": f"tenant-{unique}", "BILLING_JOB_NAME": f"job-{unique}",
+           "DATABASE_URL": jobs_db, "ONCEONLY_STORE_URL": postgres_url, "SES_FROM_ADDRESS": ses_sender,
            "AWS_ENDPOINT_URL_SES": moto_endpoint, "AWS_ENDPOINT_URL_SQS": moto_endpoint,
            "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_NAMESPACE": "onceonly-test",
            **payments_env(fake_payments, sqs_queue)}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     onceonly.connect(postgres_url).setup()
-    tenant = f"tenant-{unique}"
-    for module_name in SCHEDULED.values():
-        module: Any = importlib.import_module(f"onceonly_app.billing.{module_name}")
-        monkeypatch.setattr(module, "run", functools.partial(module.run, tenant=tenant))
-    deployed = JobSettings.from_env
-    monkeypatch.setattr(JobSettings, "from_env",
-                        classmethod(lambda cls, job: replace(deployed(job), job=f"{job}-{unique}")))
     handlers = {function: load(function) for function in SCHEDULED}
     return handlers, {function: sys.modules[f"_lambda_{function}_app"].SETTINGS.job for function in SCHEDULED}
 

@@ -120,7 +120,7 @@ def bad_payloads(draw: st.DrawFn) -> Any:
     kind = draw(st.sampled_from(["nul", "huge"]))
     if kind == "nul":
         return {"note": "a\x00" + draw(st.text(max_size=5))}
-    from onceonly_app.webhooks.limits import MAX_PAYLOAD_BYTES
+    from onceonly_app.events.limits import MAX_PAYLOAD_BYTES
 
     return {"blob": "x" * (MAX_PAYLOAD_BYTES + draw(st.integers(1, 4096)))}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import onceonly
-from onceonly_app.appdb.store_identity import identify
+from onceonly_app.db.store_identity import identify
 from tests.concurrency.race import PING, History
 
 

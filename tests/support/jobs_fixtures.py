@@ -12,7 +12,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.appdb.migrate import migrate
+from onceonly_app.db.migrate import migrate
 from onceonly_cli.testing.fake_payments import FakePayments
 
 from .jobs_helpers import JobScope, aws_client, make_scope

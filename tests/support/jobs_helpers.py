@@ -23,9 +23,9 @@ def aws_client(service: str, endpoint: str) -> Any:
 @dataclass(frozen=True)
 class JobScope:
     """One test's slice of the shared world: its tenant, its job name (the tick
-    locks and the payment cursor are keyed by it) and the child environment.
-    The handler never sees the first two as settings: the child applies them
-    with onceonly_cli.job_scope, as `onceonly simulate` does."""
+    locks and the payment cursor are keyed by it) and the child environment,
+    which carries both (BILLING_TENANT, BILLING_JOB_NAME: the handler reads
+    them at cold start, like every other setting)."""
 
     tenant: str
     job: str
@@ -36,13 +36,15 @@ class JobScope:
 
     def invocation(self, function: str, event: dict[str, Any], **extra_env: str) -> Invocation:
         """``function``'s handler on ``event``, in this scope, with ``extra_env`` set."""
-        return Invocation(function, self.with_env(**extra_env), event, job=self.job, tenant=self.tenant)
+        return Invocation(function, self.with_env(**extra_env), event)
 
 
 def make_scope(db_url: str, store_url: str, moto_endpoint: str, sender: str, unique: str) -> JobScope:
     tenant = f"tenant-{unique}"
     job = f"job-{unique}"
     env = {
+        "BILLING_TENANT": tenant,
+        "BILLING_JOB_NAME": job,
         "DATABASE_URL": db_url,
         "ONCEONLY_STORE_URL": store_url,
         "TICK_LEASE_SECONDS": "60",

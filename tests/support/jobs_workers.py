@@ -1,9 +1,9 @@
 """Run the REAL scheduled-job handlers in separate OS processes (spawned: no
 inherited sockets or pool threads), the way replicas of a Lambda function run.
 
-Each child sets its environment, scopes the billing jobs to the test's tenant
-and job name (onceonly_cli.job_scope), loads ``functions/<name>/app.py`` with
-the local Lambda runtime, waits on the shared barrier (if any) and invokes the
+Each child sets its environment (the test's tenant and job name among it:
+BILLING_TENANT, BILLING_JOB_NAME, read by the handler at cold start), loads
+``functions/<name>/app.py`` with the local Lambda runtime, waits on the shared barrier (if any) and invokes the
 handler once. What it returned, or raised, goes to its own JSON-lines file:
 the test reads those and the database afterwards.
 
@@ -35,10 +35,8 @@ CTX = multiprocessing.get_context("spawn")
 @dataclass(frozen=True)
 class Invocation:
     function: str  # folder under functions/
-    env: dict[str, str]
+    env: dict[str, str]  # the handler's whole configuration, read at its cold start
     event: dict[str, Any]
-    job: str | None = None  # the job name the handler runs under (default: its own)
-    tenant: str | None = None  # the only tenant the job works on (default: all)
 
 
 def scheduled_event(function: str, when: str, event_id: str | None = None) -> dict[str, Any]:
@@ -53,10 +51,8 @@ def invoke_in_child(n: int, barrier: Any, history_path: Path, invocation: Invoca
                     pause_at: str | None) -> None:
     """The child's body (module-level so that spawn can import it)."""
     os.environ.update(invocation.env)
-    from onceonly_cli.job_scope import scope_billing_jobs
     from onceonly_cli.local.lambda_runtime import LambdaContext, close_function_clients, load_handler
 
-    scope_billing_jobs(tenant=invocation.tenant, job=invocation.job)
     if pause_at:
         from tests.support.pause_points import install
 

@@ -33,7 +33,7 @@ POINTS = {
     # a page of payments was fetched, none applied yet
     "payments.before_apply": PausePoint("onceonly_app.billing.payments_api", "PaymentsClient.page", "after"),
     # the payments are committed, their webhook events not yet sent to SQS
-    "payments.before_publish": PausePoint("onceonly_app.billing.webhook_events", "flush", "before"),
+    "payments.before_publish": PausePoint("onceonly_app.events.outbox", "flush", "before"),
 }
 
 

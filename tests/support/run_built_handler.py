@@ -40,7 +40,7 @@ def main() -> None:
     for module in args.broken:
         sys.modules[module] = None  # type: ignore[assignment]  # "import MODULE" now raises ImportError
     if args.migrations:
-        from onceonly_app.appdb import migrate
+        from onceonly_app.db import migrate
 
         migrate.MIGRATIONS_DIR = Path(args.migrations)
     context = Context(args.timeout)

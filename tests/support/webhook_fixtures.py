@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import onceonly
-from onceonly_app.appdb.migrate import MIGRATIONS_DIR, migrate
+from onceonly_app.db.migrate import MIGRATIONS_DIR, migrate
 from onceonly_cli.testing.receiver import WebhookReceiver
 
 from .scratch import scratch_database

@@ -36,7 +36,7 @@ def test_with_tracing_it_is_powertools_tracer() -> None:
 
 
 def test_the_stand_in_passes_the_handler_through() -> None:
-    from onceonly_app.tracing import _Untraced
+    from onceonly_app.runtime.tracing import _Untraced
 
     def handler(event: object, context: object) -> str:
         return "ran"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from onceonly_app.appdb.settings import CA_BUNDLE
+from onceonly_app.db.settings import CA_BUNDLE
 
 ROOT = Path(__file__).resolve().parents[2]
 

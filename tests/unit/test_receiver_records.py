@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret, signed_headers
 from onceonly_app.webhooks.ssrf import check_target

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from typing import Any
 
-from onceonly_app.billing.webhook_events import payment_event_id
+from onceonly_app.events.types import payment_event_id
 from onceonly_cli.simulate.billing_checks import judge_due_from_issue, judge_promised_dates
 from onceonly_cli.simulate.payment_checks import PaymentFacts, judge_merchant_events, names
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks.sender import WebhookSender
 from onceonly_app.webhooks.signing import new_secret, signed_headers
 from onceonly_app.webhooks.ssrf import UnresolvableHostError, UnsafeTargetError, check_target

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 from onceonly_app.webhooks.watchdog import SocketWatchdog
 
 

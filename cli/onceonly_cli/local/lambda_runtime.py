@@ -69,5 +69,5 @@ def close_function_clients() -> None:
     built at module scope (its database pool and coordination store). A process
     that ran handlers calls this before it exits: on Python 3.13 an unclosed
     psycopg pool's worker threads can hang interpreter shutdown."""
-    if "onceonly_app.appdb.clients" in sys.modules:  # no handler ran: nothing was built
-        sys.modules["onceonly_app.appdb.clients"].reset()
+    if "onceonly_app.db.clients" in sys.modules:  # no handler ran: nothing was built
+        sys.modules["onceonly_app.db.clients"].reset()

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import onceonly
+from onceonly_app.webhooks.config import DEFAULT_QUEUE
 
 from ..errors import CliError
 from ..testing.servers import DEFAULT_POSTGRES_URL
 from ..testing.standins import existing_store, store_keyword
 from .stores import check_database, open_store
-
-DEFAULT_QUEUE = "webhook-retries"
 
 
 @dataclass

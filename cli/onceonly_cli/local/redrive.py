@@ -19,19 +19,17 @@ BATCH = 100
 
 def redrive_deliveries(database: str | None, store: str | None, delivery_ids: Sequence[str] | None) -> int:
     """Re-queue the dead deliveries ``delivery_ids`` (None: every dead one); print them."""
-    from onceonly_app.webhooks.deliveries import DeliveryRepository
     from onceonly_app.webhooks.redrive import redrive
 
-    with open_ops(database, store) as ops:
-        repo = DeliveryRepository(ops.pool)
+    with open_ops(database, store) as ops, ops.pool.connection() as conn:
         queue = ops.store.queue(ops.queue_name)
         done = []
         try:
             if delivery_ids is not None:
                 if delivery_ids:
-                    done = redrive(repo, queue, delivery_ids=list(delivery_ids), limit=len(delivery_ids))
+                    done = redrive(conn, queue, delivery_ids=list(delivery_ids), limit=len(delivery_ids))
             else:
-                while batch := redrive(repo, queue, limit=BATCH):
+                while batch := redrive(conn, queue, limit=BATCH):
                     done.extend(batch)
         except psycopg.errors.UndefinedTable as exc:
             raise missing_tables(exc) from None

@@ -102,7 +102,7 @@ def _subscription_health(row: dict[str, Any]) -> dict[str, Any]:
 
 def collect(ops: Ops) -> dict[str, Any]:
     """Everything status shows, as plain JSON-able data (what --json prints)."""
-    from onceonly_app.webhooks.deliveries import DeliveryRepository
+    from onceonly_app.webhooks import deliveries
 
     depth = ops.store.queue(ops.queue_name).depth()
     with ops.pool.connection() as conn:
@@ -111,10 +111,11 @@ def collect(ops: Ops) -> dict[str, Any]:
         pollers = conn.execute(POLLER_JOBS).fetchall()
         with conn.cursor(row_factory=dict_row) as cur:
             health = [_subscription_health(row) for row in cur.execute(SUBSCRIPTION_HEALTH)]
+        shown = deliveries.dead(conn, limit=DEAD_SHOWN)
     dead = [{"delivery": row["id"], "webhook": row["webhook_id"], "event": row["event_id"],
              "attempts": row["attempts"], "last_error": row["last_error"],
              "dead_since": _iso(row["dead_since"])}
-            for row in DeliveryRepository(ops.pool).dead(limit=DEAD_SHOWN)]
+            for row in shown]
     return {
         "queue": {"name": ops.queue_name, "due": depth.due, "scheduled": depth.scheduled,
                   "in_flight": depth.in_flight, "total": depth.total},

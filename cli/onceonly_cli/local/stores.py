@@ -94,7 +94,7 @@ def open_store(url: str, *, setup: bool) -> onceonly.Store:
 def migrate_database(url: str) -> None:
     import psycopg
 
-    from onceonly_app.appdb.migrate import migrate
+    from onceonly_app.db.migrate import migrate
 
     try:
         migrate(url)

@@ -151,8 +151,7 @@ def _update(ops: Ops | None, conn: psycopg.Connection[Any], req: Request) -> Don
 
 
 def _rotate_secret(ops: Ops | None, conn: psycopg.Connection[Any], req: Request) -> Done:
-    from onceonly_app.webhooks.rotation import DEFAULT_OVERLAP
-    from onceonly_app.webhooks.subscriptions import rotate_secret
+    from onceonly_app.webhooks.subscriptions import DEFAULT_OVERLAP, rotate_secret
 
     overlap = DEFAULT_OVERLAP if req.overlap is None else req.overlap
     secret = rotate_secret(conn, req.webhook_id, overlap=overlap, actor=req.actor, secret=req.secret)

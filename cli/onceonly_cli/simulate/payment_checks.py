@@ -157,7 +157,7 @@ def judge_merchant_events(events: list[dict[str, Any]], subscriptions: list[dict
     """Every unmatched payment (recorded) and every overpayment is told to each
     subscription of its tenant whose filter takes the event, exactly once, and
     to no other; an overpaid invoice's invoice.paid says so, with nothing remaining."""
-    from onceonly_app.billing.webhook_events import payment_event_id
+    from onceonly_app.events.types import payment_event_id
 
     count = Counter((e["event_id"], e["webhook_id"]) for e in events)
     bad, told = [], 0

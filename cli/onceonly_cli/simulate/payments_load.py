@@ -230,7 +230,7 @@ class PaymentsLoad:
     def expected_deliveries(self) -> set[str]:
         """One ``invoice.paid`` delivery per (paid invoice, subscription of its
         tenant): the event id comes from the invoice."""
-        from onceonly_app.billing.webhook_events import invoice_paid_event_id
+        from onceonly_app.events.types import invoice_paid_event_id
         from onceonly_app.webhooks.deliveries import delivery_id_for
 
         return {delivery_id_for(sub, invoice_paid_event_id(invoice))

@@ -21,8 +21,8 @@ from .tenants import Tenant
 from .webhook_checks import webhook_invariants
 from .webhook_load import WebhookLoad
 
-RETRY_SCHEDULE = (0.2, 0.5, 1.0)  # seconds (WEBHOOK_RETRY_SCHEDULE); 4 attempts, then dead-lettered
-RETRY_AFTER_CAP = 3.0  # seconds: WEBHOOK_MAX_RETRY_AFTER; well above a retry's pickup time, so an
+RETRY_SCHEDULE = (0.2, 0.5, 1.0)  # seconds (WEBHOOK_RETRY_SCHEDULE_SECONDS); 4 attempts, then dead-lettered
+RETRY_AFTER_CAP = 3.0  # seconds: WEBHOOK_MAX_RETRY_AFTER_SECONDS; well above a retry's pickup time, so an
 # ignored Retry-After shows (a clamped one costs 3 s, in parallel with the rest)
 
 

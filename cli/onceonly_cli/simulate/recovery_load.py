@@ -26,7 +26,7 @@ import psycopg
 
 RECOVER_EVENTS = 3
 FAILING_EVENTS = 3
-# Five days (the default WEBHOOK_AUTO_DISABLE_AFTER) and a minute: failing for longer than the period.
+# Five days (the default WEBHOOK_AUTO_DISABLE_AFTER_SECONDS) and a minute: failing for longer than the period.
 FAILING_FOR = 5 * 24 * 3600 + 60
 SEED_FAILING = "UPDATE webhook_subscriptions SET failing_since = to_timestamp(%s) WHERE id = %s"
 STATES = """

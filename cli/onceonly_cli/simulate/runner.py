@@ -60,13 +60,13 @@ def webhook_settings(receiver_latency: float, queue_name: str) -> dict[str, str]
     lease = CLAIM_BATCH * (CONNECT_TIMEOUT + read_timeout) + 1.0
     return {
         "WEBHOOK_ALLOW_HTTP_HOSTS": "127.0.0.1",
-        "WEBHOOK_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
-        "WEBHOOK_READ_TIMEOUT": str(read_timeout),
+        "WEBHOOK_CONNECT_TIMEOUT_SECONDS": str(CONNECT_TIMEOUT),
+        "WEBHOOK_READ_TIMEOUT_SECONDS": str(read_timeout),
         "WEBHOOK_CLAIM_BATCH": str(CLAIM_BATCH),
-        "WEBHOOK_ATTEMPT_LEASE": str(lease),
-        "WEBHOOK_DEADLINE_MARGIN": "1",
-        "WEBHOOK_RETRY_SCHEDULE": ",".join(map(str, RETRY_SCHEDULE)),
-        "WEBHOOK_MAX_RETRY_AFTER": str(RETRY_AFTER_CAP),
+        "WEBHOOK_ATTEMPT_LEASE_SECONDS": str(lease),
+        "WEBHOOK_DEADLINE_MARGIN_SECONDS": "1",
+        "WEBHOOK_RETRY_SCHEDULE_SECONDS": ",".join(map(str, RETRY_SCHEDULE)),
+        "WEBHOOK_MAX_RETRY_AFTER_SECONDS": str(RETRY_AFTER_CAP),
         "WEBHOOK_QUEUE": queue_name,
     }
 

@@ -212,9 +212,9 @@ def judge_tenants(deliveries: list[dict[str, Any]], outbox_crossing: list[dict[s
 def webhook_invariants(conn: psycopg.Connection[Any], history: Iterable[ReceivedRequest], load: Any, cap: float,
                        longest: float, kills: int) -> list[Invariant]:
     """``load``: the run's WebhookLoad (what was seeded, and the retry delays it
-    sampled); ``cap``: WEBHOOK_MAX_RETRY_AFTER; ``longest``: the longest delay
+    sampled); ``cap``: WEBHOOK_MAX_RETRY_AFTER_SECONDS; ``longest``: the longest delay
     the retry schedule draws."""
-    from onceonly_app.billing.webhook_events import EVENT_TYPES
+    from onceonly_app.events.types import EVENT_TYPES
 
     from .recovery_checks import judge_auto_disable, judge_recover  # they build on this module's judges
 

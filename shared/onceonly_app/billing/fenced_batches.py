@@ -14,7 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from onceonly import Tick
 
-from ..budget import Budget, RunOutOfTimeError
+from ..runtime.budget import Budget, RunOutOfTimeError
 from .ticks import TickFence
 
 BATCH_SECONDS = 10.0  # kept free for one more batch: a statement and its commit

@@ -28,8 +28,8 @@ from psycopg_pool import ConnectionPool
 from onceonly import Tick
 from onceonly_app.sql_queries import load_queries
 
-from ..budget import Budget
-from .aws import CALL_SECONDS
+from ..runtime.aws import CALL_SECONDS
+from ..runtime.budget import Budget
 from .config import NotificationSettings
 from .ses import SendError
 

@@ -2,7 +2,7 @@
 time zone) before the tick's scheduled time, and before the ledger time the
 payment watcher has read up to, move to `overdue`, each with one status-history
 row, one activity event, one e-mail in the outbox (stating what is still due)
-and one ``invoice.overdue`` webhook event (webhook_events.fan_out), all in the
+and one ``invoice.overdue`` webhook event (events.outbox.fan_out), all in the
 transition's transaction and fenced by the tick's token."""
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from psycopg_pool import ConnectionPool
 
 from onceonly import Tick
 from onceonly_app.sql_queries import load_queries
+from onceonly_app.events import outbox
+from onceonly_app.events.types import invoice_event_id
 
-from ..budget import Budget
-from . import outbox, webhook_events
+from ..runtime.budget import Budget
+from . import emails
 from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -60,9 +62,9 @@ def run(pool: ConnectionPool, tick: Tick, *, watcher: str, tenant: str | None = 
     def batch(conn: psycopg.Connection[Any]) -> tuple[int, bool]:
         with conn.cursor(row_factory=dict_row) as cur:
             moved = cur.execute(SQL["transition_overdue"], params).fetchall()
-        outbox.enqueue(conn, [outbox.overdue_email(row) for row in moved])
+        emails.enqueue(conn, [emails.overdue_email(row) for row in moved])
         for row in moved:
-            webhook_events.fan_out(conn, webhook_events.invoice_event_id("invoice.overdue", row["id"]),
+            outbox.fan_out(conn, invoice_event_id("invoice.overdue", row["id"]),
                                    "invoice.overdue", row["tenant_id"], overdue_payload(row))
         return len(moved), len(moved) == batch_size
 

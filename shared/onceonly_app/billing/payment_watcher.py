@@ -45,11 +45,12 @@ from psycopg_pool import ConnectionPool
 
 from onceonly import Lease, Tick
 from onceonly_app.sql_queries import load_queries
+from onceonly_app.events import outbox
+from onceonly_app.events.types import invoice_paid_event_id, payment_event_id
 
-from ..budget import Budget
-from . import webhook_events
+from ..runtime.aws import CALL_SECONDS
+from ..runtime.budget import Budget
 from .assets import AcceptedAssets
-from .aws import CALL_SECONDS
 from .matching import Verdict, judge
 from .payments_api import READ_TIMEOUT, Page, Payment
 from .ticks import FencedError
@@ -128,7 +129,7 @@ def run(pool: ConnectionPool, tick: Tick, poll: Poll, sqs: Any, queue_url: str, 
             finally:
                 tick.store.release(lease)  # False if it was lost meanwhile: nothing to give back
     finally:
-        result.webhooks = asdict(webhook_events.flush(pool, sqs, queue_url, tenant=tenant, budget=budget,
+        result.webhooks = asdict(outbox.flush(pool, sqs, queue_url, tenant=tenant, budget=budget,
                                                       log=log))
     return result
 
@@ -221,11 +222,11 @@ def _apply(conn: psycopg.Connection[Any], payment: Payment, tenant: str, accepte
                    "currency": paid["currency"], "paid_at": paid["paid_at"].isoformat(),
                    "payment_id": payment.payment_id, "transaction_hash": payment.transaction_hash,
                    "overpaid": paid["overpaid"], **paid["amounts"]}
-        webhook_events.fan_out(conn, webhook_events.invoice_paid_event_id(paid["id"]), "invoice.paid",
+        outbox.fan_out(conn, invoice_paid_event_id(paid["id"]), "invoice.paid",
                                paid["tenant_id"], payload)
     if verdict.outcome in ("unmatched", "overpaid"):
         event_type = f"payment.{verdict.outcome}"
-        webhook_events.fan_out(conn, webhook_events.payment_event_id(event_type, payment.payment_id), event_type,
+        outbox.fan_out(conn, payment_event_id(event_type, payment.payment_id), event_type,
                                tenant, payment_payload(payment, tenant, verdict))
 
 

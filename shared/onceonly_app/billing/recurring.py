@@ -22,8 +22,8 @@ from psycopg_pool import ConnectionPool
 from onceonly import Tick
 from onceonly_app.sql_queries import load_queries
 
-from ..budget import Budget
-from . import outbox
+from ..runtime.budget import Budget
+from . import emails
 from .fenced_batches import run_fenced_batches
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
@@ -50,7 +50,7 @@ def run(pool: ConnectionPool, tick: Tick, *, tenant: str | None = None, schedule
     def batch(conn: psycopg.Connection[Any]) -> tuple[int, bool]:
         with conn.cursor(row_factory=dict_row) as cur:
             created = cur.execute(SQL["generate_batch"], params).fetchall()
-            outbox.enqueue(conn, [outbox.new_invoice_email(row) for row in created])
+            emails.enqueue(conn, [emails.new_invoice_email(row) for row in created])
             more = cur.execute(SQL["any_due"], params).fetchone() is not None
         return len(created), more
 

@@ -1,5 +1,6 @@
-"""Settings of webhook delivery, read from environment variables so that tests
-and `onceonly simulate` can shrink leases and retry schedules."""
+"""Settings of webhook delivery, read from environment variables through the
+one reader (runtime/settings.py) so that tests and `onceonly simulate` can
+shrink leases and retry schedules."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from dataclasses import dataclass
 
 from onceonly import check_seconds
 from onceonly.errors import ConfigError
+from onceonly_app.runtime import settings
+from onceonly_app.runtime.settings import Env
 
+DEFAULT_QUEUE = "webhook-retries"  # the retries' due queue; the CLI's default too
 # Svix-like delays (seconds, each ±10 % jitter) for retry 1, 2, …: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
 DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 
@@ -28,9 +32,10 @@ class WebhookConfig:
     deadline_margin: float = 5.0  # seconds of invocation time kept free for recording and acking
     max_retry_after: float = 36000.0  # a Retry-After above this is capped
     allow_http_hosts: frozenset[str] = frozenset()  # hosts allowed plain http and private addresses
-    queue_name: str = "webhook-retries"
+    queue_name: str = DEFAULT_QUEUE  # the due queue of retries in the coordination store
     ca_bundle: str | None = None  # extra CA file for TLS verification (tests); None: system CAs
     auto_disable_after: float = 5 * 24 * 3600.0  # a subscription whose attempts all failed this long is disabled
+    queue_url: str | None = None  # the dispatcher's SQS queue, to back off what a store outage stopped; None: local
 
     def __post_init__(self) -> None:
         if not self.retry_schedule or any(not math.isfinite(s) or s <= 0 for s in self.retry_schedule):
@@ -63,58 +68,25 @@ class WebhookConfig:
         return self.attempt_timeout or self.connect_timeout + self.read_timeout
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> WebhookConfig:
-        """Read ``WEBHOOK_*`` variables; unset ones keep their defaults."""
-        env = dict(os.environ if env is None else env)
-        kwargs: dict[str, object] = {}
-        floats = {
-            "WEBHOOK_CONNECT_TIMEOUT": "connect_timeout",
-            "WEBHOOK_READ_TIMEOUT": "read_timeout",
-            "WEBHOOK_ATTEMPT_TIMEOUT": "attempt_timeout",
-            "WEBHOOK_ATTEMPT_LEASE": "attempt_lease",
-            "WEBHOOK_DEADLINE_MARGIN": "deadline_margin",
-            "WEBHOOK_MAX_RETRY_AFTER": "max_retry_after",
-            "WEBHOOK_AUTO_DISABLE_AFTER": "auto_disable_after",
-        }
-        for var, field in floats.items():
-            if env.get(var):
-                kwargs[field] = _number(var, env[var])
-        if env.get("WEBHOOK_RETRY_SCHEDULE"):
-            kwargs["retry_schedule"] = tuple(
-                _number("WEBHOOK_RETRY_SCHEDULE", part) for part in env["WEBHOOK_RETRY_SCHEDULE"].split(",")
-            )
-        for var, field in (("WEBHOOK_CLAIM_BATCH", "claim_batch"), ("WEBHOOK_MAX_IN_FLIGHT", "max_in_flight")):
-            if env.get(var):
-                kwargs[field] = _count(var, env[var])
-        if env.get("WEBHOOK_SERIAL_PER_SUBSCRIPTION"):
-            kwargs["serial_per_subscription"] = _flag("WEBHOOK_SERIAL_PER_SUBSCRIPTION",
-                                                      env["WEBHOOK_SERIAL_PER_SUBSCRIPTION"])
-        if env.get("WEBHOOK_ALLOW_HTTP_HOSTS"):
-            hosts = (h.strip().lower() for h in env["WEBHOOK_ALLOW_HTTP_HOSTS"].split(","))
-            kwargs["allow_http_hosts"] = frozenset(h for h in hosts if h)
-        if env.get("WEBHOOK_QUEUE"):
-            kwargs["queue_name"] = env["WEBHOOK_QUEUE"]
-        if env.get("WEBHOOK_CA_BUNDLE"):
-            kwargs["ca_bundle"] = env["WEBHOOK_CA_BUNDLE"]
-        return cls(**kwargs)  # type: ignore[arg-type]
-
-
-def _flag(var: str, text: str) -> bool:
-    value = text.strip().lower()
-    if value not in ("true", "false", "1", "0"):
-        raise ConfigError(f"{var} must be true or false, got {text!r}")
-    return value in ("true", "1")
-
-
-def _count(var: str, text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError as exc:
-        raise ConfigError(f"{var} must be a whole number, got {text!r}") from exc
-
-
-def _number(var: str, text: str) -> float:
-    try:
-        return float(text.strip())
-    except ValueError as exc:
-        raise ConfigError(f"{var} must be a number of seconds, got {text!r}") from exc
+    def from_env(cls, env: Env = os.environ) -> WebhookConfig:
+        """Read the ``WEBHOOK_*`` variables (docs/configuration.md); unset ones keep their defaults."""
+        default = cls()
+        return cls(
+            retry_schedule=settings.seconds_list(env, "WEBHOOK_RETRY_SCHEDULE_SECONDS", default.retry_schedule),
+            connect_timeout=settings.seconds(env, "WEBHOOK_CONNECT_TIMEOUT_SECONDS", default.connect_timeout),
+            read_timeout=settings.seconds(env, "WEBHOOK_READ_TIMEOUT_SECONDS", default.read_timeout),
+            attempt_timeout=settings.optional_seconds(env, "WEBHOOK_ATTEMPT_TIMEOUT_SECONDS"),
+            attempt_lease=settings.seconds(env, "WEBHOOK_ATTEMPT_LEASE_SECONDS", default.attempt_lease),
+            claim_batch=settings.count(env, "WEBHOOK_CLAIM_BATCH", default.claim_batch),
+            max_in_flight=settings.count(env, "WEBHOOK_MAX_IN_FLIGHT", default.max_in_flight),
+            serial_per_subscription=settings.flag(env, "WEBHOOK_SERIAL_PER_SUBSCRIPTION",
+                                                  default.serial_per_subscription),
+            deadline_margin=settings.seconds(env, "WEBHOOK_DEADLINE_MARGIN_SECONDS", default.deadline_margin),
+            max_retry_after=settings.seconds(env, "WEBHOOK_MAX_RETRY_AFTER_SECONDS", default.max_retry_after),
+            allow_http_hosts=frozenset(h.lower() for h in settings.names(env, "WEBHOOK_ALLOW_HTTP_HOSTS")),
+            queue_name=settings.text(env, "WEBHOOK_QUEUE", default.queue_name) or default.queue_name,
+            ca_bundle=settings.text(env, "WEBHOOK_CA_BUNDLE"),
+            auto_disable_after=settings.seconds(env, "WEBHOOK_AUTO_DISABLE_AFTER_SECONDS",
+                                                default.auto_disable_after),
+            queue_url=settings.text(env, "WEBHOOK_QUEUE_URL"),
+        )

@@ -48,7 +48,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from onceonly.errors import StoreUnavailableError
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 
 from .lanes import latest_starts, run_in_lanes
 from .messages import DeliveryRequest, MalformedMessageError, parse_message

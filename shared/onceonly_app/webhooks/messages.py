@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .limits import PayloadError, encoded_payload
+from onceonly_app.events.limits import PayloadError, encoded_payload
 
 MAX_ID_LENGTH = 256
 REQUIRED = ("webhook_id", "tenant_id", "event_id", "event_type", "payload")

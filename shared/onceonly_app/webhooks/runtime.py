@@ -1,19 +1,20 @@
 """The service as a Lambda container builds it: once, on first use, from the
-shared clients (onceonly_app.appdb.clients) and the WEBHOOK_* settings."""
+shared clients (onceonly_app.db.clients) and the WEBHOOK_* settings, read
+through the one reader (WebhookConfig.from_env)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from functools import cache
 from typing import Any
 
-from onceonly_app.appdb import clients
-from onceonly_app.appdb.clients import coordination_store, db_pool
+from psycopg_pool import ConnectionPool
+
+from onceonly_app.db import clients
+from onceonly_app.db.clients import coordination_store, db_pool
 
 from .config import WebhookConfig
-from .deliveries import DeliveryRepository
 from .endpoint_health import EndpointHealth
 from .endpoint_limits import EndpointGate, PermitReturns
 from .sender import WebhookSender
@@ -21,24 +22,24 @@ from .service import WebhookService
 
 
 @cache
-def _parts() -> tuple[WebhookConfig, DeliveryRepository, WebhookSender]:
+def _parts() -> tuple[WebhookConfig, ConnectionPool[Any], WebhookSender]:
     config = WebhookConfig.from_env()
     sender = WebhookSender(config.connect_timeout, config.read_timeout, config.ca_bundle,
                            config.attempt_budget)
-    return config, DeliveryRepository(db_pool()), sender
+    return config, db_pool(), sender
 
 
 def webhook_service(logger: logging.Logger | Any | None = None) -> WebhookService:
     """The per-container service, logging through the handler's ``logger``."""
-    config, repo, sender = _parts()
+    config, pool, sender = _parts()
     store = coordination_store()
     # A slot outlives the request it admits: the attempt's whole budget and the margin.
-    gate = EndpointGate(store, repo.pool, config.attempt_budget + config.deadline_margin, log=logger,
+    gate = EndpointGate(store, pool, config.attempt_budget + config.deadline_margin, log=logger,
                         returns=_permit_returns())
     queue = store.queue(config.queue_name)
-    health = EndpointHealth(repo.pool, queue, period=config.auto_disable_after, lease=config.attempt_lease,
+    health = EndpointHealth(pool, queue, period=config.auto_disable_after, lease=config.attempt_lease,
                             clock=time.time, log=logger or logging.getLogger(__name__))
-    return WebhookService(repo, queue, sender, config, logger=logger, gate=gate, health=health)
+    return WebhookService(pool, queue, sender, config, logger=logger, gate=gate, health=health)
 
 
 @cache
@@ -51,7 +52,7 @@ def _permit_returns() -> PermitReturns:
 def dispatch_queue() -> tuple[Any, str] | None:
     """The dispatcher's own SQS queue (client, URL), to back off records a store
     outage stopped; None where WEBHOOK_QUEUE_URL is not set (local runs)."""
-    url = os.environ.get("WEBHOOK_QUEUE_URL")
+    url = _parts()[0].queue_url
     if not url:
         return None
     import boto3  # only the outage path pays for the import

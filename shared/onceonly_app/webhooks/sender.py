@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import certifi
 
-from onceonly_app.budget import Budget, DeadlineExceededError
+from onceonly_app.events.limits import MAX_RESPONSE_BYTES
+from onceonly_app.runtime.budget import Budget, DeadlineExceededError
 
 from .backoff import RETRY_AFTER_STATUSES
-from .limits import MAX_RESPONSE_BYTES
 from .ssrf import Target
 from .watchdog import SocketWatchdog
 

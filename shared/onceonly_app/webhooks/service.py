@@ -32,13 +32,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from psycopg_pool import ConnectionPool
+
 from onceonly import Claim, Queue, QueueDepth
 from onceonly.errors import StoreUnavailableError
-from onceonly_app.budget import Budget
+from onceonly_app.runtime.budget import Budget
 
+from . import deliveries
 from .backoff import RetryPolicy, parse_retry_after
 from .config import WebhookConfig
-from .deliveries import AttemptInput, DeliveryRepository, Outcome, Recorded, Subscription, delivery_id_for
+from .deliveries import AttemptInput, Outcome, Recorded, Subscription, delivery_id_for
 from .endpoint_health import EndpointHealth
 from .endpoint_limits import DEFER_RETENTION, HELD_BACK_DELAY, Admission, EndpointGate
 from .endpoint_settings import request_headers
@@ -185,11 +188,11 @@ class RetryReport:
 
 
 class WebhookService:
-    def __init__(self, repo: DeliveryRepository, queue: Queue, sender: WebhookSender, config: WebhookConfig,
+    def __init__(self, pool: ConnectionPool, queue: Queue, sender: WebhookSender, config: WebhookConfig,
                  *, logger: logging.Logger | Any | None = None, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None, resolver: Resolver | None = None,
                  gate: EndpointGate | None = None, health: EndpointHealth | None = None) -> None:
-        self.repo = repo
+        self.pool = pool  # the domain database: each delivery statement in its own short transaction
         self.queue = queue
         self.sender = sender
         self.config = config
@@ -202,7 +205,7 @@ class WebhookService:
 
     # -- dispatch -------------------------------------------------------------
     def invocation_budget(self, context: Any) -> Budget:
-        """A Lambda invocation's time, WEBHOOK_DEADLINE_MARGIN kept back for recording and acking."""
+        """A Lambda invocation's time, WEBHOOK_DEADLINE_MARGIN_SECONDS kept back for recording and acking."""
         return Budget.of_lambda(context, reserve=self.config.deadline_margin)
 
     def has_time_for_attempt(self, budget: Budget, *, after: float = 0.0) -> bool:
@@ -254,7 +257,8 @@ class WebhookService:
             near = DeadlineNearError(f"{budget.left():.1f} s left after the margin, an attempt needs up to "
                                      f"{self.config.attempt_budget:g} s")
             return [near] * len(requests)
-        made = self.repo.create_many(requests)  # one statement: the subscriptions known, the deliveries created
+        with deliveries.connection(self.pool) as conn:  # one statement: the subscriptions known, the deliveries created
+            made = deliveries.create_many(conn, requests)
         known, created = made.known_webhooks, made.delivery_ids
         # The safety nets first: if this invocation dies from here on, a retry
         # worker claims each delivery when its lease runs out.
@@ -275,8 +279,9 @@ class WebhookService:
         try:
             self.queue.put_many([(s.delivery_id, window.lease_ends_at, {"generation": 0}) for s in fresh])
             started_at = self.clock()
-            begun = self.repo.start_attempts([(s.delivery_id, 0, DISPATCH_TOKEN) for s in fresh],
-                                             self.policy.max_attempts)
+            with deliveries.connection(self.pool) as conn:
+                begun = deliveries.start_attempts(conn, [(s.delivery_id, 0, DISPATCH_TOKEN) for s in fresh],
+                                                  self.policy.max_attempts)
         except StoreUnavailableError as exc:
             self.finish_returns(admitting.result().values() if admitting else ())
             # Only the new deliveries fail: a duplicate or an unknown webhook needs no more.
@@ -368,7 +373,8 @@ class WebhookService:
         return [DispatchResult(r.delivery_id, "attempted", r) for r in reports]
 
     def _duplicate(self, delivery_id: str) -> DispatchResult:
-        created_at = self.repo.untouched_since(delivery_id)
+        with deliveries.connection(self.pool) as conn:
+            created_at = deliveries.untouched_since(conn, delivery_id)
         if created_at is not None:
             # Its creator may have died between the INSERT and queueing the safety
             # net, and this message may be the last one SQS brings for the event,
@@ -482,7 +488,8 @@ class WebhookService:
                 report.handed_back += 1
             else:
                 report.claims_contended += 1
-        previous = self.repo.stamp_fences([(c.item_id, _generation_of(c), c.token) for c, _ in ready])
+        with deliveries.connection(self.pool) as conn:
+            previous = deliveries.stamp_fences(conn, [(c.item_id, _generation_of(c), c.token) for c, _ in ready])
         stamped: list[tuple[Claim, AttemptWindow]] = []
         for claim, window in ready:
             was = previous.get(claim.item_id)
@@ -495,8 +502,9 @@ class WebhookService:
                               extra=_claim_context(claim))
             stamped.append((claim, window))
         started_at = self.clock()
-        begun = self.repo.start_attempts([(c.item_id, _generation_of(c), c.token) for c, _ in stamped],
-                                         self.policy.max_attempts)
+        with deliveries.connection(self.pool) as conn:
+            begun = deliveries.start_attempts(conn, [(c.item_id, _generation_of(c), c.token) for c, _ in stamped],
+                                              self.policy.max_attempts)
         started = []
         for claim, window in stamped:
             delivery = begun.get(claim.item_id)
@@ -512,7 +520,8 @@ class WebhookService:
         """The fence refused a claim's stamp: finished (or redriven) elsewhere,
         then its queue item has nothing left to do; else a newer holder has it."""
         generation = _generation_of(claim)
-        state = self.repo.state(claim.item_id)
+        with deliveries.connection(self.pool) as conn:
+            state = deliveries.state(conn, claim.item_id)
         if state is None or state["generation"] > generation or state["status"] in OFF_QUEUE:
             report.finished_elsewhere += 1
             to_ack.append(claim)  # nothing left to do for this queue item
@@ -527,7 +536,8 @@ class WebhookService:
         """start_attempts refused a stamped claim: if every allowed attempt has
         started (and this holder still owns the delivery), its webhook and the
         outcome that records it dead, without a request; else None (fenced)."""
-        state = self.repo.state(claim.item_id)
+        with deliveries.connection(self.pool) as conn:
+            state = deliveries.state(conn, claim.item_id)
         if state is None or not self._out_of_attempts(state, _generation_of(claim), claim.token):
             return None
         return str(state["webhook_id"]), Outcome("failed", "dead", None, (
@@ -562,7 +572,8 @@ class WebhookService:
         redrive). Their item was the one this worker was about to remove (a
         hold recorded, or an older generation's item), so once it is removed
         they would have none. Put if absent: an item put since is left alone."""
-        rows = self.repo.retrying(delivery_ids)
+        with deliveries.connection(self.pool) as conn:
+            rows = deliveries.retrying(conn, delivery_ids)
         if rows:
             now = self.clock()
             self.queue.put_if_absent([(delivery_id, now, {"generation": generation})
@@ -578,18 +589,21 @@ class WebhookService:
         own (they are decided under locks of their own). Reports in order."""
         plain = [(i, g, t, o, started) for i, g, t, _, o, started, _ in items
                  if o.outcome != "deferred" and o.status != "held"]
-        recorded = self.repo.record_many(plain)
+        with deliveries.connection(self.pool) as conn:
+            recorded = deliveries.record_many(conn, plain)
         reports = []
         for delivery_id, generation, token, delivery, outcome, started, webhook_id in items:
             if outcome.outcome == "deferred":
-                recorded[delivery_id] = self.repo.defer(delivery_id, generation, token,
-                                                        outcome.next_attempt_at or self.clock(), DEFER_RETENTION)
+                with deliveries.connection(self.pool) as conn:
+                    recorded[delivery_id] = deliveries.defer(conn, delivery_id, generation, token,
+                                                             outcome.next_attempt_at or self.clock(), DEFER_RETENTION)
             elif outcome.status == "held":
                 # Decided again under the subscription's lock: a 410 only disables the
                 # URL that answered it, and an enable meanwhile means retry now.
                 gone_url = delivery.subscription.url if delivery is not None and outcome.outcome == "gone" else None
-                recorded[delivery_id] = self.repo.record_held(delivery_id, generation, token, webhook_id, outcome,
-                                                              started, gone_url, GONE_REASON)
+                with deliveries.connection(self.pool) as conn:
+                    recorded[delivery_id] = deliveries.record_held(conn, delivery_id, generation, token, webhook_id,
+                                                                   outcome, started, gone_url, GONE_REASON)
             reports.append(self._report(delivery_id, generation, token, delivery, outcome, webhook_id,
                                         recorded[delivery_id]))
         return reports

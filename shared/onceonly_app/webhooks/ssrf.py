@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from onceonly_app.budget import Budget, DeadlineExceededError
+from onceonly_app.runtime.budget import Budget, DeadlineExceededError
 
 from .urls import encoded_url
 from .watchdog import resolve_within

@@ -39,10 +39,10 @@ import psycopg
 from psycopg.rows import dict_row
 
 from onceonly import Queue
-from onceonly_app.billing.webhook_events import EVENT_TYPES
 from onceonly_app.sql_queries import load_queries
+from onceonly_app.events.types import EVENT_TYPES
 
-from . import deliveries, endpoint_settings, rotation
+from . import deliveries, endpoint_settings
 from .endpoint_health import OPERATIONAL_EVENT_TYPES
 from .endpoint_limits import DEFAULT_MAX_IN_FLIGHT, DEFAULT_RATE_PER_SECOND, MIN_RATE
 from .signing import new_secret
@@ -59,6 +59,10 @@ MAX_RATE = 10000.0
 HOLD_RETENTION = 7 * 24 * 3600.0  # seconds an event is kept for a disabled subscription
 MAX_REASON_LENGTH = 200
 RELEASE_SPACING = 0.001  # seconds between the due times of released deliveries: claimed in event order
+# A rotated-out secret keeps signing this long (Svix keeps an old secret 24 hours),
+# so a receiver can switch to the new secret at any moment of that window.
+DEFAULT_OVERLAP = 24 * 3600.0
+MAX_PREVIOUS = 4  # a header carries at most 5 signatures, however often secrets rotate
 
 
 class UnknownSubscriptionError(LookupError):
@@ -164,19 +168,22 @@ def update(conn: psycopg.Connection[Any], subscription_id: str, *, url: str | No
 
 
 def rotate_secret(conn: psycopg.Connection[Any], subscription_id: str, *,
-                  overlap: float = rotation.DEFAULT_OVERLAP, actor: str = APP_ACTOR,
+                  overlap: float = DEFAULT_OVERLAP, actor: str = APP_ACTOR,
                   secret: str | None = None) -> str:
     """A new signing secret for ``subscription_id`` (``secret``, a supplied
     ``whsec_`` one, or a fresh one; returned once); the replaced one keeps
-    signing beside it for ``overlap`` seconds (webhooks/rotation.py).
+    signing beside it for ``overlap`` seconds (docs/security.md). One
+    rotation is one row update under the row's lock: two at once take turns,
+    and the second keeps the first one's secret.
     Raises UnknownSubscriptionError, SubscriptionDeletedError, ValueError."""
-    rotation.check_overlap(overlap)
+    if not overlap >= 0:
+        raise ValueError(f"overlap must be >= 0 seconds, got {overlap}")
     supplied = secret is not None
     secret = _checked(endpoint_settings.check_secret, secret) if supplied else new_secret()
     with conn.transaction():
         _lock(conn, subscription_id)
         conn.execute(deliveries.SQL["rotate_secret"], {"webhook_id": subscription_id, "secret": secret,
-                                                       "overlap": overlap, "keep": rotation.MAX_PREVIOUS})
+                                                       "overlap": overlap, "keep": MAX_PREVIOUS})
         _record(conn, subscription_id, "rotate-secret", actor,
                 {"overlap": overlap, **({"secret_supplied": True} if supplied else {})})
     return secret

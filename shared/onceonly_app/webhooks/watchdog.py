@@ -1,4 +1,4 @@
-"""One deadline (a Budget, onceonly_app/budget.py) for everything an attempt
+"""One deadline (a Budget, onceonly_app/runtime/budget.py) for everything an attempt
 waits on: the DNS lookup, the connect, the TLS handshake, the response headers
 and the body.
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from onceonly_app.budget import Budget, DeadlineExceededError
+from onceonly_app.runtime.budget import Budget, DeadlineExceededError
 
 
 class SocketWatchdog:

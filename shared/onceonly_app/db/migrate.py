@@ -31,6 +31,8 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )"""
 # Before the advisory lock: waiting for another migrator is bounded by the deadline only.
 _STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
+# The key keeps the package's former name: a deploy of an older release takes
+# the same lock, so two releases never migrate one database at once.
 _SERIALISE = "SELECT pg_advisory_xact_lock(hashtext('appdb.migrate'))"
 # After it: the migration's own statements give up on a table lock soon.
 _LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"

@@ -1,4 +1,4 @@
--- Billing, exactly and only when due (issue 18). See docs/scheduled-jobs.md.
+-- Billing, exactly and only when due. See docs/scheduled-jobs.md.
 
 -- Received amounts are kept exactly: payments.amount_cents is the amount in
 -- minor units of its currency with the ledger's 7 decimals (50.005 USDC is

@@ -2,7 +2,7 @@
 
 boto3's defaults (60 s connect and read timeouts, several retries) let one call
 outlive the invocation. These clients give a call at most ``CALL_SECONDS``, and
-the jobs start one only while that much of the invocation is left (onceonly_app/budget.py)."""
+the jobs start one only while that much of the invocation is left (onceonly_app/runtime/budget.py)."""
 
 from __future__ import annotations
 

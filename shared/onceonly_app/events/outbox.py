@@ -1,4 +1,4 @@
-"""Webhook events for the dispatcher: written to an outbox in the transaction of
+"""The webhook events' outbox: each event is written in the transaction of
 the change (so a crash cannot lose them), one row per subscription of the
 event's tenant that is not deleted (a disabled one's delivery is held), then
 sent to its SQS queue, one message per subscription:
@@ -10,7 +10,6 @@ on the next flush; the dispatcher dedupes on (webhook_id, event_id)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,34 +23,15 @@ from psycopg_pool import ConnectionPool
 from onceonly.errors import ConfigError
 from onceonly_app.batching import batches
 from onceonly_app.sql_queries import load_queries
-from onceonly_app.webhooks.limits import SQS_MAX_BATCH_BYTES, encoded_payload
+from onceonly_app.runtime.aws import CALL_SECONDS
+from onceonly_app.runtime.budget import Budget
 
-from ..budget import Budget
-from .aws import CALL_SECONDS
+from .limits import SQS_MAX_BATCH_BYTES, encoded_payload
+from .types import EVENT_TYPES
 
 SQL = load_queries(Path(__file__).with_suffix(".sql"))
 FLUSH_BATCH = 100
-# Every webhook event type the app emits. fan_out refuses others, so a new type
-# is added here, and the two-tenant isolation test then covers it too.
-EVENT_TYPES = ("invoice.overdue", "invoice.paid", "payment.unmatched", "payment.overpaid")
 SQS_BATCH = 10  # SendMessageBatch takes at most 10 entries
-
-
-def invoice_event_id(event_type: str, invoice_id: str) -> str:
-    """Stable per invoice and type (an invoice is paid once, goes overdue once),
-    so a re-sent event dedupes at the dispatcher, and two invoices changed by
-    one transaction get two events."""
-    return "evt_" + hashlib.sha256(f"{event_type}:{invoice_id}".encode()).hexdigest()[:32]
-
-
-def invoice_paid_event_id(invoice_id: str) -> str:
-    return invoice_event_id("invoice.paid", invoice_id)
-
-
-def payment_event_id(event_type: str, payment_id: str) -> str:
-    """Stable per received payment (its operation id) and type: a payment is
-    judged once, and a re-sent event dedupes at the dispatcher."""
-    return invoice_event_id(event_type, f"payment:{payment_id}")
 
 
 def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenant_id: str,
@@ -61,7 +41,7 @@ def fan_out(conn: psycopg.Connection[Any], event_id: str, event_type: str, tenan
     Raises ConfigError for an event type not in EVENT_TYPES, and PayloadError
     (nothing queued) for a payload over limits.MAX_PAYLOAD_BYTES."""
     if event_type not in EVENT_TYPES:
-        raise ConfigError(f"unknown webhook event type {event_type!r}: add it to webhook_events.EVENT_TYPES")
+        raise ConfigError(f"unknown webhook event type {event_type!r}: add it to events.types.EVENT_TYPES")
     conn.execute(SQL["fan_out"], {"event_id": event_id, "event_type": event_type, "tenant_id": tenant_id,
                                   "payload": encoded_payload(payload)})
 

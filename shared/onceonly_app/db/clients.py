@@ -22,7 +22,7 @@ def db_pool() -> ConnectionPool[Any]:
     10 s): a dead database fails each statement fast, well before the Lambda's
     own timeout, and the transaction it was in rolls back. After an
     authentication failure the secret is read again once (rotation)."""
-    return bounded_pool(database_url(), name="appdb", max_size=2, autocommit=False, session_bound=True,
+    return bounded_pool(database_url(), name="db", max_size=2, autocommit=False, session_bound=True,
                         refresh_url=lambda: database_url(refresh=True))
 
 

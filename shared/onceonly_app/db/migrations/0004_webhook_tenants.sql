@@ -1,4 +1,4 @@
--- Webhooks per tenant (issue 12): a subscription belongs to one tenant, an
+-- Webhooks per tenant: a subscription belongs to one tenant, an
 -- event goes only to its tenant's subscriptions, and every delivery remembers
 -- whose event it carries, so an attempt can refuse to send it elsewhere.
 -- Also the two fields a receiver needs to order events itself: the event's

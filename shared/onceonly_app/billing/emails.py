@@ -1,5 +1,6 @@
 """The e-mail outbox: notifications are written in the transaction of the
-change they report, with a unique key, and sent later by the notifications job."""
+change they report, with a unique key, and sent later by the notifications job.
+(The webhook events' outbox is onceonly_app.events.outbox.)"""
 
 from __future__ import annotations
 

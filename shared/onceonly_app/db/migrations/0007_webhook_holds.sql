@@ -1,5 +1,5 @@
 -- Webhook events are kept while a subscription is disabled, and a subscription
--- can be deleted (issue 18; docs/webhooks.md, "Disabled and deleted subscriptions").
+-- can be deleted (docs/webhooks.md, "Disabled and deleted subscriptions").
 --
 -- New delivery statuses:
 --   held     the subscription is disabled (by a 410 or an operator): kept, never

@@ -1,4 +1,4 @@
--- Signing-secret rotation with overlapping validity (issue 11; docs/security.md,
+-- Signing-secret rotation with overlapping validity (docs/security.md,
 -- "Rotating a signing secret"). `secret` stays the current secret; the secrets
 -- it replaced are kept with the end of their overlap, newest first:
 -- [{"secret": "whsec_…", "until": epoch seconds}, …]. Every attempt signs with

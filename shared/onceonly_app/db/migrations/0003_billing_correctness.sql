@@ -1,4 +1,4 @@
--- Billing correctness (issue 12: payments, dates and schedules). See
+-- Billing correctness (payments, dates and schedules). See
 -- docs/scheduled-jobs.md for the policies these tables carry.
 
 -- True for an IANA time zone name PostgreSQL knows ('Europe/Berlin', 'UTC').

@@ -1,4 +1,4 @@
--- Webhook delivery (issue 3): subscriptions, one delivery per (webhook, event),
+-- Webhook delivery: subscriptions, one delivery per (webhook, event),
 -- and an append-only log of every attempt. See docs/webhooks.md.
 
 CREATE TABLE IF NOT EXISTS webhook_subscriptions (

@@ -10,6 +10,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .settings import flag
+
 TRACE_DISABLED = "POWERTOOLS_TRACE_DISABLED"  # the template sets it from the Tracing parameter
 
 
@@ -23,7 +25,7 @@ class _Untraced:
 
 def handler_tracer(service: str) -> Any:
     """A Powertools Tracer for ``service``, or the stand-in when tracing is off."""
-    if os.environ.get(TRACE_DISABLED, "false").strip().lower() in ("true", "1"):
+    if flag(os.environ, TRACE_DISABLED, False):
         return _Untraced()
     from aws_lambda_powertools import Tracer
 

@@ -1,4 +1,4 @@
--- Managing webhook subscriptions without SQL (issue 21; docs/webhooks.md,
+-- Managing webhook subscriptions without SQL (docs/webhooks.md,
 -- "Managing subscriptions"): event-type filters and an audit of every change.
 
 -- The event types a subscription wants; NULL: every type. The fan-out

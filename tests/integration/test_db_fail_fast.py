@@ -13,8 +13,8 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import onceonly
-from onceonly_app.appdb import clients
 from onceonly_app.billing import overdue
+from onceonly_app.db import clients
 from tests.support import jobs_data as data
 from tests.support.faultproxy import FaultProxy
 from tests.support.jobs_inprocess import run_tick

@@ -1,4 +1,5 @@
-"""Where the functions find their stores. Locally: plain env vars. On AWS: the
+"""Where the functions find their stores, read through the one settings reader
+(runtime/settings.py; docs/configuration.md). Locally: plain env vars. On AWS: the
 URL sits in Secrets Manager (or SSM) and is read through Powertools Parameters,
 cached per warm container, never put in a plain env var.
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from onceonly.errors import ConfigError
+from onceonly_app.runtime.settings import Env, text
 
 CACHE_SECONDS = 300
 CA_BUNDLE = Path(__file__).parent / "certs" / "rds-global-bundle.pem"
@@ -28,16 +30,16 @@ VERIFYING_SSLMODES = ("verify-ca", "verify-full")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
-def _read(direct_var: str, secret_var: str, ssm_var: str, refresh: bool) -> str:
-    direct = os.environ.get(direct_var)
+def _read(direct_var: str, secret_var: str, ssm_var: str, refresh: bool, env: Env) -> str:
+    direct = text(env, direct_var)
     if direct:
         return direct
-    secret_name = os.environ.get(secret_var)
+    secret_name = text(env, secret_var)
     if secret_name:
         from aws_lambda_powertools.utilities import parameters
 
         return str(parameters.get_secret(secret_name, max_age=CACHE_SECONDS, force_fetch=refresh))
-    ssm_name = os.environ.get(ssm_var)
+    ssm_name = text(env, ssm_var)
     if ssm_name:
         from aws_lambda_powertools.utilities import parameters
 
@@ -45,26 +47,26 @@ def _read(direct_var: str, secret_var: str, ssm_var: str, refresh: bool) -> str:
     raise ConfigError(f"set {direct_var} (local), {secret_var} (a Secrets Manager name) or {ssm_var} (an SSM name)")
 
 
-def url_from_secret(text: str, what: str) -> str:
+def url_from_secret(stored: str, what: str, env: Env = os.environ) -> str:
     """A URL as stored, or one built from an RDS-style JSON secret."""
-    text = text.strip()
-    if not text.startswith("{"):
-        return text
+    stored = stored.strip()
+    if not stored.startswith("{"):
+        return stored
     try:
-        secret = json.loads(text)
+        secret = json.loads(stored)
     except ValueError:
         raise ConfigError(f"the {what} secret starts with '{{' but is not valid JSON") from None
     engine = str(secret.get("engine") or "postgres").lower()
     if not engine.startswith("postgres") and engine != "aurora-postgresql":
         raise ConfigError(f"the {what} secret is for engine {engine!r}; onceonly needs PostgreSQL")
-    host = secret.get("host") or os.environ.get("DATABASE_HOST")
+    host = secret.get("host") or text(env, "DATABASE_HOST")
     missing = [name for name, value in (("username", secret.get("username")), ("password", secret.get("password")),
                                         ("host (or DATABASE_HOST)", host)) if not value]
     if missing:
         raise ConfigError(f"the {what} secret (JSON) lacks {', '.join(missing)}")
-    port = secret.get("port") or os.environ.get("DATABASE_PORT") or 5432
-    dbname = secret.get("dbname") or os.environ.get("DATABASE_NAME") or "postgres"
-    sslmode = os.environ.get("DATABASE_SSLMODE") or "verify-full"
+    port = secret.get("port") or text(env, "DATABASE_PORT") or 5432
+    dbname = secret.get("dbname") or text(env, "DATABASE_NAME") or "postgres"
+    sslmode = text(env, "DATABASE_SSLMODE") or "verify-full"
     credentials = f"{quote(str(secret['username']), safe='')}:{quote(str(secret['password']), safe='')}"
     return f"postgresql://{credentials}@{host}:{port}/{quote(str(dbname), safe='')}?sslmode={quote(sslmode)}"
 
@@ -95,18 +97,18 @@ def with_ca_bundle(url: str, bundle: Path = CA_BUNDLE) -> str:
     return urlunsplit(parts._replace(query=urlencode([*options, ("sslrootcert", str(bundle))])))
 
 
-def database_url(*, refresh: bool = False) -> str:
+def database_url(*, refresh: bool = False, env: Env = os.environ) -> str:
     """The domain PostgreSQL URL (through RDS Proxy when DATABASE_PROXY_ENDPOINT
     is set). ``refresh`` re-reads the secret (after a rotation)."""
-    url = url_from_secret(_read("DATABASE_URL", "DATABASE_URL_SECRET", "DATABASE_URL_PARAMETER", refresh),
-                          "database")
-    proxy = os.environ.get("DATABASE_PROXY_ENDPOINT")
+    url = url_from_secret(_read("DATABASE_URL", "DATABASE_URL_SECRET", "DATABASE_URL_PARAMETER", refresh, env),
+                          "database", env)
+    proxy = text(env, "DATABASE_PROXY_ENDPOINT")
     if proxy:
         url = with_host(url, proxy)
     return with_ca_bundle(url)
 
 
-def store_url(*, refresh: bool = False) -> str:
+def store_url(*, refresh: bool = False, env: Env = os.environ) -> str:
     """The coordination store URL (postgresql://, redis://, rediss://, dynamodb://)."""
-    raw = _read("ONCEONLY_STORE_URL", "ONCEONLY_STORE_URL_SECRET", "ONCEONLY_STORE_URL_PARAMETER", refresh)
-    return with_ca_bundle(url_from_secret(raw, "store"))
+    raw = _read("ONCEONLY_STORE_URL", "ONCEONLY_STORE_URL_SECRET", "ONCEONLY_STORE_URL_PARAMETER", refresh, env)
+    return with_ca_bundle(url_from_secret(raw, "store", env))

@@ -20,6 +20,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from onceonly_app.runtime.settings import names
+
 SERVICES_VARIABLE = "STALE_ALARM_SERVICES"  # the template's: the tick jobs whose ticks_run the alarms count
 RETRY_SERVICE = "webhook-retry"
 PERIODS = (60, 300, 3600)  # seconds: the Period of each stale alarm in template.yaml
@@ -27,7 +29,7 @@ PERIODS = (60, 300, 3600)  # seconds: the Period of each stale alarm in template
 
 def services() -> list[str]:
     """The tick jobs to start the clocks of; none where the template did not say (local runs)."""
-    return [s.strip() for s in os.environ.get(SERVICES_VARIABLE, "").split(",") if s.strip()]
+    return list(names(os.environ, SERVICES_VARIABLE))
 
 
 def start_clocks(client: Any, namespace: str, jobs: list[str], retry_queue_depth: int,

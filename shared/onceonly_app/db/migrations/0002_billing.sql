@@ -1,4 +1,4 @@
--- Billing (issue 4): invoices and what their transitions record, the e-mail
+-- Billing: invoices and what their transitions record, the e-mail
 -- outbox, recurring schedules, payments, the payment poller's cursor and the
 -- webhook outbox. See docs/scheduled-jobs.md.
 --

@@ -1,5 +1,5 @@
 -- Which coordination store the domain database was last set up for, and by
--- which stack (appdb/store_switch.py). Fences in this database (payment
+-- which stack (db/store_switch.py). Fences in this database (payment
 -- cursors, job ticks, deliveries) hold tokens of that store: a new store's
 -- tokens start again at 1, so the schema step resets them when the store
 -- changes, and re-queues the deliveries whose queue items the old store kept.
