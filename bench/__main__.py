@@ -7,7 +7,7 @@
 
 Writes DIR/benchmarks.md (tables, charts, targets), DIR/benchmarks.json (every
 run's raw figures) and DIR/bench-*.png. Needs the bench extra:
-pip install -e './cli[bench]'."""
+pip install -e . -e ./app -e './cli[bench]'."""
 
 from __future__ import annotations
 

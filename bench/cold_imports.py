@@ -123,7 +123,7 @@ def section(runs: list[dict[str, Any]]) -> list[str]:
             "layer's python/ on sys.path, no site-packages, nothing written, as on the read-only /opt), from the "
             "layer `sam build` makes (schema_migration's module loads only the standard library: it loads the "
             "layer inside its handler, to answer even when the layer cannot load): **compiled** is that layer "
-            "(every module byte-compiled for python3.13 by shared/Makefile), "
+            "(every module byte-compiled for python3.13 by layer/Makefile), "
             "**cold** the same files without their .pyc, as the layer shipped before. Median "
             f"of {count} imports per cell, the two modes alternating. Target: each handler at most "
             f"{TARGET_SECONDS * 1000:.0f} ms compiled. `python -m bench.cold_imports` measures this section alone. "

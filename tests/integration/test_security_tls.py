@@ -31,7 +31,7 @@ from onceonly_app.webhooks.ssrf import check_target
 from tests.support import REPO_ROOT
 from tests.support.built_schema_function import source_custom_resource
 
-DEPLOYED = [REPO_ROOT / "shared", REPO_ROOT / "functions"]
+DEPLOYED = [REPO_ROOT / "src", REPO_ROOT / "app" / "src", REPO_ROOT / "functions"]
 
 
 @dataclass

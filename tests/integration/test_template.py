@@ -86,7 +86,9 @@ def test_sam_build(tmp_path: Path) -> None:
     # Reproducible: the layer holds exactly the lock's distributions, at its versions,
     # boto3 with the botocore aws-xray-sdk brings (never the runtime's boto3 on the layer's botocore).
     bundled = {_dist_name(p.name): p.name[:-len(".dist-info")].rpartition("-")[2] for p in layer.glob("*.dist-info")}
-    assert bundled == _locked(), bundled
+    ours = {"onceonly", "onceonly-app"}  # installed from this repository, not from the lock
+    assert ours <= set(bundled), bundled
+    assert {name: v for name, v in bundled.items() if name not in ours} == _locked(), bundled
     assert bundled["boto3"] and bundled["botocore"]
     assert not (layer / "bin").exists()  # console scripts have no use in a layer
     _every_module_is_compiled_for_the_runtime(layer)
@@ -117,20 +119,38 @@ def _dist_name(name: str) -> str:
 
 
 def _locked() -> dict[str, str]:
-    """name -> version of every distribution in shared/requirements.txt, each with hashes."""
-    text = (REPO / "shared" / "requirements.txt").read_text().replace("\\\n", " ")
+    """name -> version of every distribution in layer/requirements.txt, each with hashes."""
+    text = (REPO / "layer" / "requirements.txt").read_text().replace("\\\n", " ")
     pins = [line.split() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert pins and all(len(pin) > 1 and pin[1].startswith("--hash=sha256:") for pin in pins), "not a hashed lock"
     return {pin[0].split("==")[0].lower(): pin[0].split("==")[1] for pin in pins}
 
 
+def test_the_lock_satisfies_the_ranges_the_distributions_declare() -> None:
+    """The ranges are stated once, in the library's and the app's
+    pyproject.toml; the layer's lock must stay inside them."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    library = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    app = tomllib.loads((REPO / "app" / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = [Requirement(r) for r in [*library["postgres"], *library["redis"], *library["dynamodb"], *app]]
+    locked = _locked()
+    for requirement in declared:
+        if requirement.name == "onceonly":
+            continue
+        assert requirement.name.lower() in locked, f"{requirement.name} is not in the lock"
+        assert requirement.specifier.contains(locked[requirement.name.lower()]), (requirement, locked[requirement.name])
+
+
 def test_layer_is_python313_and_every_function_uses_it() -> None:
     template = _template()
     layer = template["Resources"]["OnceOnlyLayer"]
-    assert layer["Properties"]["ContentUri"] == "shared/"
+    assert layer["Properties"]["ContentUri"] == "layer/"
     assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
-    assert layer["Metadata"]["BuildMethod"] == "makefile"  # shared/Makefile: pip for python3.13, byte-compiled
-    assert "--python-version 3.13" in (REPO / "shared" / "Makefile").read_text()
+    assert layer["Metadata"]["BuildMethod"] == "makefile"  # layer/Makefile: pip for python3.13, byte-compiled
+    assert "--python-version 3.13" in (REPO / "layer" / "Makefile").read_text()
     assert template["Globals"]["Function"]["Runtime"] == "python3.13"
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
     for function in functions:

@@ -16,7 +16,7 @@ Globals:
   Function:
     Timeout: 30
     MemorySize: 512
-    Layers: [!Ref Layer]
+    Layers: [!Ref Layer, !Ref BuiltLayer]
     Environment:
       Variables:
         LEVEL: INFO
@@ -26,6 +26,10 @@ Resources:
   Layer:
     Type: AWS::Serverless::LayerVersion
     Properties: {ContentUri: shared/}
+  BuiltLayer:
+    Type: AWS::Serverless::LayerVersion
+    Properties: {ContentUri: layer/}
+    Metadata: {BuildMethod: makefile}
   Table:
     Type: AWS::DynamoDB::Table
   Worker:
@@ -57,7 +61,7 @@ def template(tmp_path: Path) -> Path:
 def test_short_form_tags_load_as_markers(template: Path) -> None:
     data = load_template(template)
     layers = data["Globals"]["Function"]["Layers"]
-    assert layers == [Intrinsic("Ref", "Layer")]
+    assert layers == [Intrinsic("Ref", "Layer"), Intrinsic("Ref", "BuiltLayer")]
     assert function_ids(data) == ["Worker", "Other"]
 
 
@@ -69,6 +73,7 @@ def test_function_props_win_over_globals(template: Path) -> None:
     assert spec.memory_mb == 512
     assert spec.environment == {"LEVEL": "DEBUG", "FROM_GLOBALS": "g", "ENABLED": "true", "COUNT": "3"}
     assert set(spec.unresolved_env) == {"STORE", "QUEUE_URL", "LONG_FORM"}
+    # a source layer's folder goes on the path; a built one's (its Makefile) does not
     assert spec.layers == ((template.parent / "shared").resolve(),)
 
 

@@ -46,7 +46,7 @@ def _metric_names(dashboard: dict[str, Any]) -> set[str]:
 
 
 def _published_source() -> str:
-    files = [*ROOT.glob("functions/*/app.py"), ROOT / "shared" / "onceonly" / "scheduled.py"]
+    files = [*ROOT.glob("functions/*/app.py"), ROOT / "src" / "onceonly" / "scheduled.py"]
     return "\n".join(path.read_text(encoding="utf-8") for path in files)
 
 
@@ -84,5 +84,5 @@ def test_the_dashboard_shows_each_subscriptions_attempts_and_last_error_per_serv
     assert "SOURCE 'WebhookDispatchLogGroup'" in query and "SOURCE 'WebhookRetryLogGroup'" in query
     assert "filter message = 'attempt recorded'" in query
     assert "by webhook_id, service, outcome" in query and "latest(error)" in query
-    service_source = (ROOT / "shared" / "onceonly_app" / "webhooks" / "service.py").read_text(encoding="utf-8")
+    service_source = (ROOT / "app" / "src" / "onceonly_app" / "webhooks" / "service.py").read_text(encoding="utf-8")
     assert '"attempt recorded"' in service_source and '"webhook_id": webhook_id' in service_source

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 from onceonly.errors import ConfigError
-from onceonly.stores.pg_connection import is_auth_failure, prepare_threshold_for
-from onceonly.postgres import split_options
-from onceonly.stores.redis import RedisStore
+from onceonly.postgres import prepare_threshold_for, split_options
+from onceonly.redis import RedisStore
+from onceonly.stores.postgres.connection import is_auth_failure
 from onceonly_app.db import settings
 from onceonly_app.db.settings import url_from_secret, with_ca_bundle
 

@@ -15,7 +15,7 @@ import pytest
 import onceonly
 from tests.support import REPO_ROOT
 
-LIBRARY = REPO_ROOT / "shared" / "onceonly"
+LIBRARY = REPO_ROOT / "src" / "onceonly"
 PUBLIC_MODULES = ("onceonly", "onceonly.postgres", "onceonly.redis", "onceonly.dynamodb")
 # Benchmark tooling that measures the store's own SQL (EXPLAIN of its claim):
 # the one internal it may read.
@@ -35,7 +35,7 @@ def _private(module: str) -> bool:
     return parts[0] == "onceonly" and (module.startswith("onceonly.stores") or any(p.startswith("_") for p in parts))
 
 
-@pytest.mark.parametrize("area", ["shared/onceonly_app", "cli/onceonly_cli", "functions", "bench"])
+@pytest.mark.parametrize("area", ["app/src/onceonly_app", "cli/src/onceonly_cli", "functions", "bench"])
 def test_nothing_outside_the_library_imports_its_internals(area: str) -> None:
     allowed = BENCH_INTERNALS if area == "bench" else set()
     found = [f"{path.relative_to(REPO_ROOT)}: {module}"

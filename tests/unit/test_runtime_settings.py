@@ -50,7 +50,7 @@ def test_the_billing_scope_is_read_from_the_environment_and_unset_by_default() -
 
 def test_every_setting_the_app_reads_is_in_the_one_table() -> None:
     """docs/configuration.md lists every variable read through the reader."""
-    app = REPO_ROOT / "shared" / "onceonly_app"
+    app = REPO_ROOT / "app" / "src" / "onceonly_app"
     read: set[str] = set()
     for path in app.rglob("*.py"):
         source = path.read_text(encoding="utf-8")
@@ -64,7 +64,7 @@ def test_every_setting_the_app_reads_is_in_the_one_table() -> None:
 
 
 def test_every_duration_ends_in_seconds() -> None:
-    app = REPO_ROOT / "shared" / "onceonly_app"
+    app = REPO_ROOT / "app" / "src" / "onceonly_app"
     for path in app.rglob("*.py"):
         source = path.read_text(encoding="utf-8")
         for name in re.findall(r'seconds(?:_list)?\(\s*env,\s*"([A-Z_]+)"', source):

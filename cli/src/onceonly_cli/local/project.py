@@ -1,5 +1,5 @@
 """The project the command line works on: the folder that holds template.yaml
-(and beside it functions/, shared/ and node_modules/). The one place that
+(and beside it functions/ and node_modules/). The one place that
 decides it, so that every command and server agrees:
 
 1. the folder given with ``--project-dir`` (``use``), else

@@ -42,7 +42,7 @@ def simulated_functions(template: Path) -> dict[str, FunctionSpec]:
             specs[logical_id] = find_function(template, logical_id)
         elif (root / "functions" / folder / "app.py").exists():
             specs[logical_id] = FunctionSpec(logical_id, root / "functions" / folder, "app.handler",
-                                             FALLBACK_TIMEOUT, 256, layers=(root / "shared",))
+                                             FALLBACK_TIMEOUT, 256, layers=())
     if DISPATCH not in specs:
         raise CliError(f"{template} has no {DISPATCH} (and functions/webhook_dispatch is missing)")
     return specs

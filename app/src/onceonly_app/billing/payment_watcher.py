@@ -44,9 +44,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from onceonly import Lease, Tick
-from onceonly_app.sql_queries import load_queries
 from onceonly_app.events import outbox
 from onceonly_app.events.types import invoice_paid_event_id, payment_event_id
+from onceonly_app.sql_queries import load_queries
 
 from ..runtime.aws import CALL_SECONDS
 from ..runtime.budget import Budget

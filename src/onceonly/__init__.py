@@ -19,7 +19,16 @@ from .errors import (
 from .scheduled import InvalidEventError, Tick, scheduled
 from .stores._common import MAX_SECONDS, check_seconds, encode_payload
 
-__version__ = "0.2.0"
+
+def __getattr__(name: str) -> str:
+    # The version is stated once, in pyproject.toml; read from the installed
+    # metadata only when asked, so a cold start never pays for it.
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("onceonly")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",

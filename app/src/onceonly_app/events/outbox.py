@@ -22,9 +22,9 @@ from psycopg_pool import ConnectionPool
 
 from onceonly.errors import ConfigError
 from onceonly_app.batching import batches
-from onceonly_app.sql_queries import load_queries
 from onceonly_app.runtime.aws import CALL_SECONDS
 from onceonly_app.runtime.budget import Budget
+from onceonly_app.sql_queries import load_queries
 
 from .limits import SQS_MAX_BATCH_BYTES, encoded_payload
 from .types import EVENT_TYPES

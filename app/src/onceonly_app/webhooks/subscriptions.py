@@ -39,8 +39,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from onceonly import Queue
-from onceonly_app.sql_queries import load_queries
 from onceonly_app.events.types import EVENT_TYPES
+from onceonly_app.sql_queries import load_queries
 
 from . import deliveries, endpoint_settings
 from .endpoint_health import OPERATIONAL_EVENT_TYPES

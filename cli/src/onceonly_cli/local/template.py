@@ -92,11 +92,16 @@ def function_ids(template: dict[str, Any]) -> list[str]:
 
 
 def _layer_dirs(template: dict[str, Any], layers: Any, base: Path) -> tuple[Path, ...]:
+    """The folders of source layers. A layer with a BuildMethod holds build
+    instructions, not modules: what it builds (this project's layer: the
+    library and the app) is installed in the environment the CLI runs in."""
     found: list[Path] = []
     for layer in layers or []:
         if isinstance(layer, Intrinsic) and layer.name == "Ref" and isinstance(layer.value, str):
             res = template["Resources"].get(layer.value, {})
-            uri = res.get("Properties", {}).get("ContentUri") if isinstance(res, dict) else None
+            if not isinstance(res, dict) or (res.get("Metadata") or {}).get("BuildMethod"):
+                continue
+            uri = res.get("Properties", {}).get("ContentUri")
             if isinstance(uri, str):
                 found.append((base / uri).resolve())
     return tuple(found)

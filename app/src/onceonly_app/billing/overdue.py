@@ -16,9 +16,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from onceonly import Tick
-from onceonly_app.sql_queries import load_queries
 from onceonly_app.events import outbox
 from onceonly_app.events.types import invoice_event_id
+from onceonly_app.sql_queries import load_queries
 
 from ..runtime.budget import Budget
 from . import emails
