@@ -273,7 +273,7 @@ def section(result: dict[str, Any], sizes: Sizes) -> str:
         "dynalite (which returns no item with a failed condition) a refused take is the failed conditional write "
         "plus a consistent read, where DynamoDB returns the item with the failure and needs no read; a take that "
         "evicts ended holders adds the eviction write (no permit ends in this run; "
-        "`tests/integration/test_dynamodb_api_calls.py` counts them).",
+        "`tests/onceonly/integration/test_dynamodb_api_calls.py` counts them).",
         "- **The scan's cost grows with the fill**: about cap / (free slots + 1) acquires to find a free slot from a "
         f"random start, and `cap` acquires to be refused. At {top - 1:,} of {top:,} held it took {top_calls:,.1f} "
         f"calls per attempt (the mean of {sizes.attempts}): at {CALL_LATENCY_MS} ms per call, "

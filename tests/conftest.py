@@ -13,9 +13,10 @@ import pytest
 import onceonly
 from onceonly_cli.testing.redis_cluster import LocalCluster
 from onceonly_cli.testing.servers import DEFAULT_POSTGRES_URL, LocalServers, ServerSetupError
-from tests.support.default_data import changes, fingerprint
-from tests.support.pgbouncer import PgBouncer, PgBouncerError
-from tests.support.scratch import delete_table, scratch_database, scratch_redis_prefix, with_prefix
+from tests.support import BACKENDS
+from tests.support.servers.default_data import changes, fingerprint
+from tests.support.servers.pgbouncer import PgBouncer, PgBouncerError
+from tests.support.servers.scratch import delete_table, scratch_database, scratch_redis_prefix, with_prefix
 
 # boto3 needs credentials and a region even for a local endpoint; never real ones.
 os.environ.update(
@@ -26,8 +27,14 @@ os.environ.update(
 )
 os.environ.pop("AWS_PROFILE", None)
 
-BACKENDS = ["postgres", "redis", "dynamodb"]
-
+# The app's fixtures, registered once for the whole session (pytest reads
+# pytest_plugins in this file only).
+pytest_plugins = (
+    "tests.support.delivery.webhook_fixtures",
+    "tests.support.delivery.subscription_fixtures",
+    "tests.support.jobs.jobs_fixtures",
+    "tests.support.jobs.fence_fixtures",
+)
 
 @pytest.fixture(scope="session", autouse=True)
 def default_database_left_alone() -> Iterator[None]:
@@ -109,7 +116,7 @@ def redis_url(redis_server_url: str) -> Iterator[str]:
 def redis_cluster(local_servers: LocalServers) -> LocalCluster:
     """A Redis Cluster of this session's own (3 primaries, 3 replicas, loopback),
     stopped by PID with the other servers. Tests that kill nodes or move slots
-    start their own (tests/support/redis_cluster_ops.py)."""
+    start their own (tests/support/servers/redis_cluster_ops.py)."""
     return _or_fail(local_servers.redis_cluster)
 
 
@@ -165,36 +172,20 @@ def unique() -> str:
     return f"t-{secrets.token_hex(6)}"
 
 
-# Under pytest-xdist (`-n 2 --dist loadgroup`, scripts/test), the runs of eight
-# processes and the simulate runs share one worker: two of them at once would
-# only slow each other down. Smaller races spread over both workers.
-_PROCESS_HEAVY = (
-    "tests/concurrency/test_webhooks_replicas.py",
-    "tests/concurrency/test_jobs_replicas.py",
-    "tests/concurrency/test_store_races.py",
-    "tests/concurrency/test_permit_races.py",
-    "tests/concurrency/test_pgbouncer_race.py",
-    "tests/concurrency/test_redis_seed_regression.py",
-    "tests/concurrency/test_redis_cluster_topology.py",
-    "tests/e2e/test_cli_simulate.py",
-)
-
-
-# `sam build` keeps its cached dependencies in the repo's .aws-sam/deps
-# (samconfig.toml: cached = true): two builds at once clobber each other's.
-# The library wheel's build writes build/ in the source tree: kept apart from them too.
-_SAM_BUILDS = (
-    "tests/integration/test_template.py",
-    "tests/integration/test_schema_deploy.py",
-    "tests/unit/test_packaging.py",
-)
+# Under pytest-xdist (`-n 2 --dist loadgroup`, scripts/test), the tests marked
+# `processes` (eight-process races, simulate runs) share one worker: two of them
+# at once would only slow each other down. Those marked `sam_build` share one
+# too: `sam build` keeps its cached dependencies in the repo's .aws-sam/deps
+# (samconfig.toml: cached = true), and building the library's wheel writes
+# build/ in the source tree, so two at once clobber each other's.
+XDIST_GROUPS = {"processes": "processes", "sam_build": "sam-build"}
 
 
 # tryfirst: xdist's own hook reads the groups to name the items, so they must be set before it runs.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.startswith(_PROCESS_HEAVY):
-            item.add_marker(pytest.mark.xdist_group("processes"))
-        elif item.nodeid.startswith(_SAM_BUILDS):
-            item.add_marker(pytest.mark.xdist_group("sam-build"))
+        for marker, group in XDIST_GROUPS.items():
+            if item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break

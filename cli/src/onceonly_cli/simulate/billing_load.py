@@ -111,7 +111,7 @@ class SeededInvoice:
 def local_due_at(zone: str, day: date, rng: random.Random) -> datetime:
     """A time early in ``day`` (before 09:00) in ``zone``: on the last overdue
     tick's local day, its UTC day has ended by that tick whenever any instant
-    of that local day's has (tests/unit/test_simulate_seeding.py)."""
+    of that local day's has (tests/onceonly_cli/unit/test_simulate_seeding.py)."""
     return datetime.combine(day, time(rng.randrange(9), rng.randrange(60)), ZoneInfo(zone))
 
 
