@@ -17,9 +17,9 @@ import custom_resource
 def _load() -> tuple[custom_resource.Step, Any]:
     from aws_lambda_powertools import Logger
 
-    from onceonly_app.db.schema import apply_schema
     from onceonly_app.db.settings import database_url, store_url
     from onceonly_app.db.store_switch import stack_of
+    from onceonly_app.schema_step import apply_schema
 
     logger = Logger(service="schema-migration")
 

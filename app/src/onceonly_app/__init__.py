@@ -7,8 +7,12 @@ installing it never claims generic top-level names:
 - ``onceonly_app.billing``: the scheduled billing jobs;
 - ``onceonly_app.runtime``: the functions' plumbing (deadlines, tracing,
   bounded AWS clients);
-- ``onceonly_app.db``: the domain database (migrations, schema, clients,
-  settings, the store's identity).
+- ``onceonly_app.db``: the domain database (migrations, the handlers' schema
+  check, clients, settings, the store's identity);
+- ``onceonly_app.schema_step``: the deploy's schema step (migrations, the
+  store's setup and the repair after a change of store);
+- ``onceonly_app.sql_queries``, ``onceonly_app.batching``: named SQL files,
+  bounded batches.
 
 ``webhooks`` and ``billing`` never import each other: what they share lives in
-``events``, ``runtime`` and ``db``."""
+``events``, ``runtime`` and ``db`` (docs/architecture.md; lint-imports checks it)."""

@@ -1,7 +1,7 @@
 """The PostgreSQL store through a real transaction-mode PgBouncer (default
 settings) under a 12-process race: the shape that, with startup options
 ignored and prepared statements on, failed with ``prepared statement "_pg3_0"
-already exists`` and left 122 of 1,500 items unacked (issue 17). Every worker
+already exists`` and left 122 of 1,500 items unacked. Every worker
 is connected before the barrier; the histories are checked afterwards."""
 
 from __future__ import annotations

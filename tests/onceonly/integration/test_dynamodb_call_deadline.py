@@ -1,4 +1,4 @@
-"""One deadline for a whole DynamoDB call (issue 17, item 4). A claim, put_many
+"""One deadline for a whole DynamoDB call. A claim, put_many
 or ack_many of many items sends many requests, 16 at a time; when the link dies
 in the middle, the call must still end within its ``timeout``, not after one
 timeout per wave of requests (the old code took 13.5 s for claim(limit=160) at
@@ -50,7 +50,8 @@ class Link:
         self._fault = (operation, fault)
 
     def ignore_per_request_read_timeouts(self) -> None:
-        """Behave like a botocore older than boto/botocore#3770, which keeps the
+        """Behave like a botocore from before
+        https://github.com/boto/botocore/issues/3770, which keeps the
         client's read timeout whatever the request context says."""
         def keep_the_clients(request: Any, **_: Any) -> None:
             request.context.pop("read_timeout", None)

@@ -1,5 +1,5 @@
-"""The tick's heartbeat against renewals that fail, are slow or hang (issue 17,
-item 3), on PostgreSQL, Redis and DynamoDB (dynalite), each reached through a
+"""The tick's heartbeat against renewals that fail, are slow or hang, on
+PostgreSQL, Redis and DynamoDB (dynalite), each reached through a
 FaultProxy (tests/support/stores/faulty_renewals.py scripts the faults per renewal).
 
 The template's ratio, scaled down by 10: a 30 s tick lease and a 10 s store

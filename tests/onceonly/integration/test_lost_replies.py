@@ -1,4 +1,4 @@
-"""A lost reply is never retried into a false "contention" (issue 8, item 4).
+"""A lost reply is never retried into a false "contention".
 
 The first reply of a grant is lost on the wire (FaultProxy.lose_replies(once=True)):
 the grant happened, the caller did not see it. A driver that silently sends the

@@ -1,5 +1,5 @@
 """PostgreSQL through a real PgBouncer in transaction mode with its default
-settings (issue 17): the connection sends nothing it refuses, a permanent
+settings: the connection sends nothing it refuses, a permanent
 refusal is reported at once with the server's own message (not a pool
 timeout), and the server-side statement bound still holds there."""
 

@@ -1,6 +1,6 @@
 """A process that leaves the library's psycopg pools open still exits at once.
 Since Python 3.13 an unclosed pool's ``__del__`` joins its worker threads
-during interpreter shutdown and can hang there (psycopg#930, #954); the pools
+during interpreter shutdown and can hang there (https://github.com/psycopg/psycopg/issues/930); the pools
 bounded_pool builds are closed by an atexit hook first. On the functions'
 runtime (python3.13, which CI runs) this test hangs without that hook."""
 

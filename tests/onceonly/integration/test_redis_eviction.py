@@ -1,4 +1,4 @@
-"""Redis eviction (issue 17, item 2): under any maxmemory-policy but
+"""Redis eviction: under any maxmemory-policy but
 noeviction, Redis deletes keys when memory fills, and a completed tick's
 record (it has an expiry) goes first under every volatile-* policy: the tick
 then runs again (with a higher token: tokens are floored by the server's

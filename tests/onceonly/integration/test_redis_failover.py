@@ -1,4 +1,4 @@
-"""Failover-safe fencing tokens on Redis (issue 8, item 5).
+"""Failover-safe fencing tokens on Redis.
 
 Redis replicates asynchronously: a grant the primary acknowledged can be lost
 when a replica is promoted, and the promoted replica then grants the name

@@ -1,4 +1,4 @@
-"""Model checking (issue 11 item 5): on every store, random sequences of lease
+"""Model checking: on every store, random sequences of lease
 and due-queue operations, each answer checked against the reference model.
 A failure shrinks to a minimal sequence; the ones found are kept below as
 regression tests."""

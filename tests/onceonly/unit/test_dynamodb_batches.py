@@ -1,7 +1,8 @@
 """DynamoDB batches on a server with transactions (moto; dynalite has none, so
 the contract suite covers the item-by-item path): ack_many and put_many are one
 TransactWriteItems per 100 writes, with every ack's condition kept. moto is not
-atomic (ENVIRONMENT.md): these are sequential checks of the API calls and of
+atomic (two racing conditional writes can both succeed): these are sequential
+checks of the API calls and of
 the conditions, not of races."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """AWS wiring of the DynamoDB store: table creation, configuration, error
-translation. moto is not atomic (ENVIRONMENT.md), so nothing here proves
+translation. moto is not atomic (two racing conditional writes can both succeed), so nothing here proves
 exactly-once; the contract suite runs the semantics on dynalite."""
 
 from __future__ import annotations

@@ -91,7 +91,8 @@ def test_a_bad_option_is_a_config_error_naming_it_at_connect(url: str, option: s
     assert time.monotonic() - started < 1.0, "connect() waited for something: it sent a request"
 
 
-@pytest.mark.parametrize(("url", "store"), [(PG, "PostgreSQL"), (REDIS, "Redis"), (DDB, "DynamoDB")])
+@pytest.mark.parametrize(("url", "store"), [(PG, "PostgreSQL"), (REDIS, "Redis"), (DDB, "DynamoDB")],
+                         ids=["postgres", "redis", "dynamodb"])  # the URLs hold a free port: not an id xdist can share
 def test_an_unknown_option_is_refused_the_same_way_on_every_store(url: str, store: str) -> None:
     joined = f"{url}{'&' if '?' in url else '?'}colour=blue"
     with pytest.raises(onceonly.ConfigError) as caught:

@@ -1,4 +1,4 @@
-"""The domain database pool fails fast too (issue 8, item 3): a scheduled job
+"""The domain database pool fails fast too: a scheduled job
 whose PostgreSQL stops answering fails before a (scaled) Lambda timeout, its
 tick is given back, and the replay after recovery does the work exactly once."""
 

@@ -1,4 +1,4 @@
-"""Offline deploy checks (issue 13): the template transformed by
+"""Offline deploy checks: the template transformed by
 aws-sam-translator for each StoreKind and created as a stack on moto's server
 on 127.0.0.1 until CREATE_COMPLETE, with the schema custom resource answered by
 the real handler code against the real stores; cfn-lint clean; checkov clean
@@ -37,7 +37,7 @@ import pytest
 import requests
 
 import onceonly
-from onceonly_app.db.schema import apply_schema
+from onceonly_app.schema_step import apply_schema
 from tests.support.deploy.built_schema_function import source_custom_resource
 from tests.support.deploy.cfn_conditions import Conditions
 from tests.support.deploy.stack import REPO, STACK_REGION, parameters_for, tool, tool_env, transformed, upload_code

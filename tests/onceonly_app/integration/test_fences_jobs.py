@@ -1,5 +1,5 @@
-"""The scheduled jobs' fences refuse a stale holder in every order (issue 8,
-item 2). The tick and poller tokens come from the coordination store, so these
+"""The scheduled jobs' fences refuse a stale holder in every order. The tick
+and poller tokens come from the coordination store, so these
 run on every store; the notifications' claim tokens come from PostgreSQL.
 
 Holder 1 (the stale run) was granted first; its lease then ran out (released

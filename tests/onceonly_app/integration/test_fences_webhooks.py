@@ -1,4 +1,4 @@
-"""Webhook fences refuse a stale holder in every order (issue 8, item 2), on
+"""Webhook fences refuse a stale holder in every order, on
 every coordination store (the retry claims' tokens come from its due queue).
 
 Holder 1 is the dispatcher (token 0) or a retry worker (a queue claim). Its

@@ -1,5 +1,5 @@
 """The webhook and billing functions' database access, and the deploy's
-schema step, through a real transaction-mode PgBouncer (issue 17): the domain
+schema step, through a real transaction-mode PgBouncer: the domain
 database and the coordination store both reached through it with
 ``pool_mode=transaction``, as a deployment behind PgBouncer, RDS Proxy or
 Supavisor reaches them. The scenarios are the direct-connection suites' own,
@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool
 import onceonly
 from onceonly_app.db import clients
 from onceonly_app.db.migrate import MIGRATIONS_DIR
-from onceonly_app.db.schema import apply_schema
+from onceonly_app.schema_step import apply_schema
 from onceonly_cli.testing.receiver import WebhookReceiver
 from tests.onceonly_app.integration.test_jobs_overdue import (
     test_moves_open_invoices_due_before_the_tick_and_records_each_once as overdue_moves_each_invoice_once,

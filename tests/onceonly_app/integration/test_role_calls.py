@@ -16,7 +16,7 @@ import pytest
 
 import onceonly
 from onceonly_app.db.clients import coordination_store
-from onceonly_app.db.schema import apply_schema
+from onceonly_app.schema_step import apply_schema
 from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.onceonly_app.unit.test_iam_least_privilege import as_list, deployed, function_roles
 from tests.support.delivery.webhooks import (

@@ -1,4 +1,4 @@
-"""Schema on deploy (issues 13 and 19): CloudFormation's request sequences
+"""Schema on deploy: CloudFormation's request sequences
 replayed against the real SchemaMigrationFunction on the layer `sam build`
 made, in a subprocess, answering a local ResponseURL, on a real PostgreSQL:
 create, update with no change, update with new migrations, a failed update
@@ -23,7 +23,7 @@ import pytest
 
 import onceonly
 from onceonly_app.db import migrate
-from onceonly_app.db.schema import apply_schema
+from onceonly_app.schema_step import apply_schema
 from tests.support.cli.cli_support import one_line_error, run_cli
 from tests.support.deploy.built_schema_function import (
     BuiltFunction,

@@ -1,4 +1,4 @@
-"""A rotated password (issue 13, item 4): the container still holds the old
+"""A rotated password: the container still holds the old
 secret, PostgreSQL refuses it, the secret is read again once and the connection
 retried once with it, for the domain pool and a PostgreSQL coordination store.
 Secrets Manager is moto's server on 127.0.0.1; PostgreSQL is real (with trust

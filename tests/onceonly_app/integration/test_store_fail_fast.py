@@ -1,4 +1,4 @@
-"""A store that stops answering fails fast (issue 8, item 3). Each store is
+"""A store that stops answering fails fast. Each store is
 reached through a FaultProxy that black-holes the link (accepts bytes, answers
 nothing, closes nothing: what a dead peer behind a NAT or a failed-over
 endpoint looks like). Every operation must raise StoreUnavailableError within

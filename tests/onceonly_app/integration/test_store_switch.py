@@ -20,9 +20,9 @@ import pytest
 
 import onceonly
 from onceonly_app.billing.payment_watcher import cursor_name
-from onceonly_app.db.schema import apply_schema
 from onceonly_app.db.store_identity import MARKER, identify, location
 from onceonly_app.db.store_switch import StackConflictError, stack_of
+from onceonly_app.schema_step import apply_schema
 from onceonly_cli.testing.fake_payments import FakePayments
 from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
 from tests.support.cli.cli_support import one_line_error, run_cli

@@ -1,4 +1,4 @@
-"""Deliveries that always end (issue 12, section 3), with the real handlers in
+"""Deliveries that always end, with the real handlers in
 process, on the real PostgreSQL, POSTing to the local receiver on 127.0.0.1:
 
 - an attempt counts when it starts, so a delivery whose attempts crash the

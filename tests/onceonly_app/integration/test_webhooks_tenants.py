@@ -1,4 +1,4 @@
-"""Tenant isolation of webhooks (issue 12, section 2), on the real PostgreSQL:
+"""Tenant isolation of webhooks, on the real PostgreSQL:
 each tenant's events, of every type, reach only that tenant's subscriptions,
 end to end (producer, outbox, SQS, dispatcher, receiver); a delivery that would
 cross tenants is refused without a request; and the upgrade (0004) leaves no

@@ -13,7 +13,7 @@ from tests.support import REPO_ROOT
 
 ROOT = REPO_ROOT
 TEMPLATE = ROOT / "template.yaml"
-# What an operator looks at (issue 10): claims, contended claims, reclaimed
+# What an operator looks at: claims, contended claims, reclaimed
 # leases, fenced writes refused, ticks run/skipped/failed, queue depth, dead letters.
 REQUIRED = {
     "deliveries_succeeded", "deliveries_failed", "deliveries_dead", "claims_contended", "leases_reclaimed",

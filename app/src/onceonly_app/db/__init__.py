@@ -4,7 +4,7 @@
   secrets, the RDS CA bundle);
 - ``clients``: the domain pool and the coordination store, per container;
 - ``migrate`` and ``migrations/``: the plain-SQL migrations, applied in order;
-- ``schema``: applying them at deploy, and the handlers' schema check;
+- ``schema``: the handlers' schema check (applying it is onceonly_app.schema_step);
 - ``store_identity``, ``store_switch``: which store the database's fences and
   cursors belong to, and the repair when that store changes;
 - ``alarm_clocks``: the stale alarms' first samples, sent at deploy.

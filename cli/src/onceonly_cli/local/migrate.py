@@ -19,8 +19,8 @@ def migrate(database: str | None, store: str | None, *, repair: bool = False, st
     over to this CloudFormation stack id."""
     import psycopg
 
-    from onceonly_app.db.schema import apply_schema
     from onceonly_app.db.store_switch import stack_of
+    from onceonly_app.schema_step import apply_schema
 
     targets = resolve_targets(database, store, servers=None)
     check_database(targets.database_url)
