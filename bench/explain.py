@@ -8,7 +8,7 @@ import psycopg
 
 
 def claim_plan(url: str, queue: str, batch: int) -> str:
-    from onceonly.stores.postgres import SQL
+    from onceonly.postgres import STATEMENTS as SQL
 
     params = {"queue": queue, "owner": "bench-explain", "limit": batch, "lease": 60.0}
     try:

@@ -60,7 +60,7 @@ def _fill_postgres(url: str, queue: str, item_ids: Sequence[str], due_at: float 
     import psycopg
 
     from onceonly import encode_payload
-    from onceonly.stores.postgres import SQL
+    from onceonly.postgres import STATEMENTS as SQL
 
     payload = encode_payload(None)
     with psycopg.connect(url) as conn, conn.cursor() as cur:

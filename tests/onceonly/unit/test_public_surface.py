@@ -17,9 +17,6 @@ from tests.support import REPO_ROOT
 
 LIBRARY = REPO_ROOT / "src" / "onceonly"
 PUBLIC_MODULES = ("onceonly", "onceonly.postgres", "onceonly.redis", "onceonly.dynamodb")
-# Benchmark tooling that measures the store's own SQL (EXPLAIN of its claim):
-# the one internal it may read.
-BENCH_INTERNALS = {"onceonly.stores.postgres"}
 
 
 def _imports(path: Path) -> Iterator[str]:
@@ -37,10 +34,9 @@ def _private(module: str) -> bool:
 
 @pytest.mark.parametrize("area", ["app/src/onceonly_app", "cli/src/onceonly_cli", "functions", "bench"])
 def test_nothing_outside_the_library_imports_its_internals(area: str) -> None:
-    allowed = BENCH_INTERNALS if area == "bench" else set()
     found = [f"{path.relative_to(REPO_ROOT)}: {module}"
              for path in sorted((REPO_ROOT / area).rglob("*.py"))
-             for module in _imports(path) if _private(module) and module not in allowed]
+             for module in _imports(path) if _private(module)]
     assert found == []
 
 

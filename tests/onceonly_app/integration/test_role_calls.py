@@ -18,7 +18,6 @@ import onceonly
 from onceonly_app.db.clients import coordination_store
 from onceonly_app.schema_step import apply_schema
 from onceonly_cli.testing.receiver import Behaviour, WebhookReceiver
-from tests.onceonly_app.unit.test_iam_least_privilege import as_list, deployed, function_roles
 from tests.support.delivery.webhooks import (
     context,
     deliveries_for,
@@ -29,6 +28,7 @@ from tests.support.delivery.webhooks import (
     subscribe,
     webhook_env,
 )
+from tests.support.deploy.iam import as_list, deployed, function_roles
 from tests.support.servers.scratch import delete_table, scratch_database
 from tests.support.stores.api_calls import ApiCalls
 

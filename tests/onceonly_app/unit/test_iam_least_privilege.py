@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.deploy.cfn_conditions import Conditions
-from tests.support.deploy.stack import parameters_for, transformed
+from tests.support.deploy.iam import as_list, deployed, function_roles
 
 STORE_KINDS = ["dynamodb", "redis", "postgresql"]
 IAM_TYPES = ("AWS::IAM::Role", "AWS::IAM::ManagedPolicy", "AWS::IAM::Policy")
@@ -53,12 +52,6 @@ SAM_GENERATED = json.loads((Path(__file__).parent / "sam_generated_roles.json").
 VARIANTS = {"plain": {}, "vpc": IN_A_VPC, "traced": {"Tracing": "Active"}}
 
 
-def deployed(kind: str, **extra: str) -> dict[str, Any]:
-    parameters = parameters_for(kind, **extra)
-    template = transformed(parameters)
-    return Conditions(template, parameters).deployed(template)
-
-
 def statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(resource name, statement) for every IAM policy statement the template deploys."""
     for name, resource in template["Resources"].items():
@@ -70,10 +63,6 @@ def statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]
         for document in documents:
             for statement in document["Statement"]:
                 yield name, statement
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
 
 
 def too_broad(statement: dict[str, Any]) -> list[str]:
@@ -115,18 +104,6 @@ def test_every_aws_managed_policy_is_known_and_justified(kind: str) -> None:
     names = managed_policy_names(deployed(kind, Tracing="Active", **IN_A_VPC))
     assert names == MANAGED_POLICIES.keys()  # the roles were read: each known policy is used somewhere
     assert SAM_VPC_ACCESS not in names  # its logs:* on every log group is what the own policy leaves out
-
-
-def function_roles(template: dict[str, Any]) -> dict[str, str]:
-    """Each function's execution role: one of the template's own roles."""
-    roles = {}
-    for name, resource in template["Resources"].items():
-        if resource["Type"] == "AWS::Lambda::Function":
-            role, attribute = resource["Properties"]["Role"]["Fn::GetAtt"]
-            assert attribute == "Arn" and template["Resources"][role]["Type"] == "AWS::IAM::Role", name
-            roles[name] = role
-    assert len(roles) == 7
-    return roles
 
 
 def roles_with(template: dict[str, Any], policy: str | dict[str, str]) -> list[str]:

@@ -31,7 +31,7 @@ from onceonly_cli.simulate import SimulationConfig
 from onceonly_cli.simulate.recovery_load import FAILING_EVENTS, RECOVER_EVENTS
 from onceonly_cli.simulate.webhook_checks import HOSTILE_RETRY_AFTER
 from onceonly_cli.simulate.webhook_load import GONE_EVENTS, MISADDRESSED_EVENTS, TRICKLE_EVENTS
-from tests.support.cli.cli_support import ONCEONLY, REPO_ROOT, run_cli
+from tests.support.cli.cli_support import ONCEONLY, REPO_ROOT, isolated_env, run_cli
 from tests.support.servers.redis_servers import private_redis
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
@@ -79,12 +79,6 @@ def replicas_under(path: Path) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return replicas
-
-
-def isolated_env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "ONCEONLY_STORE_URL")}
-    env.update(TMPDIR=str(tmp), **extra)
-    return env
 
 
 @dataclass

@@ -15,8 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tests.onceonly_cli.e2e.test_cli_simulate import isolated_env
-from tests.support.cli.cli_support import run_cli
+from tests.support.cli.cli_support import isolated_env, run_cli
 
 PLANTED_PASSWORD = "Planted-db-pw-7c41e9"
 LEAKS = {

@@ -44,3 +44,10 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     assert "Traceback" not in result.stderr, result.stderr
     assert len(lines) == 1, result.stderr
     return lines[0]
+
+
+def isolated_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment of a run that picks its own stores and temp folder."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "ONCEONLY_STORE_URL")}
+    env.update(TMPDIR=str(tmp), **extra)
+    return env
