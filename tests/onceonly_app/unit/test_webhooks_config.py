@@ -73,3 +73,12 @@ def test_claims_attempted_concurrently_need_a_lease_of_their_rounds_only() -> No
 def test_bad_settings_are_config_errors(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         WebhookConfig.from_env(env)
+
+
+def test_a_setting_left_under_its_old_name_is_refused_not_ignored() -> None:
+    """An override an operator set before the durations took _SECONDS would
+    otherwise vanish silently after the upgrade."""
+    with pytest.raises(ConfigError, match="WEBHOOK_ATTEMPT_LEASE is now WEBHOOK_ATTEMPT_LEASE_SECONDS"):
+        WebhookConfig.from_env({"WEBHOOK_ATTEMPT_LEASE": "120"})
+    assert WebhookConfig.from_env({"WEBHOOK_ATTEMPT_LEASE_SECONDS": "120"}).attempt_lease == 120.0
+    assert WebhookConfig.from_env({"WEBHOOK_ATTEMPT_LEASE": ""}).attempt_lease == WebhookConfig().attempt_lease

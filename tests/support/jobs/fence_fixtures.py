@@ -1,4 +1,4 @@
-"""Fixtures of the fence suites (tests/integration/test_fences_*.py), loaded
+"""Fixtures of the fence suites (tests/onceonly_app/integration/test_fences_*.py), loaded
 with ``pytest_plugins``."""
 
 from __future__ import annotations

@@ -25,6 +25,15 @@ _TRUE = ("true", "1")
 _FALSE = ("false", "0")
 
 
+def refuse_renamed(env: Env, renamed: Mapping[str, str]) -> None:
+    """ConfigError when a variable is set under a name it no longer has
+    (``renamed``: old -> new): ignoring it would silently drop an operator's
+    setting after an upgrade."""
+    stale = sorted(old for old in renamed if text(env, old) is not None)
+    if stale:
+        raise ConfigError("renamed settings: " + ", ".join(f"{old} is now {renamed[old]}" for old in stale))
+
+
 def text(env: Env, name: str, default: str | None = None) -> str | None:
     """The variable's value, stripped; ``default`` when unset or empty."""
     value = (env.get(name) or "").strip()

@@ -18,6 +18,13 @@ DEFAULT_QUEUE = "webhook-retries"  # the retries' due queue; the CLI's default t
 DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 
 
+# Durations that took the _SECONDS suffix: a value still set under the old
+# name is refused, not ignored.
+RENAMED = {f"WEBHOOK_{name}": f"WEBHOOK_{name}_SECONDS" for name in (
+    "CONNECT_TIMEOUT", "READ_TIMEOUT", "ATTEMPT_TIMEOUT", "ATTEMPT_LEASE", "DEADLINE_MARGIN", "MAX_RETRY_AFTER",
+    "AUTO_DISABLE_AFTER", "RETRY_SCHEDULE")}
+
+
 @dataclass(frozen=True)
 class WebhookConfig:
     retry_schedule: tuple[float, ...] = DEFAULT_SCHEDULE  # one delay per retry; attempts = 1 + len
@@ -70,6 +77,7 @@ class WebhookConfig:
     @classmethod
     def from_env(cls, env: Env = os.environ) -> WebhookConfig:
         """Read the ``WEBHOOK_*`` variables (docs/configuration.md); unset ones keep their defaults."""
+        settings.refuse_renamed(env, RENAMED)
         default = cls()
         return cls(
             retry_schedule=settings.seconds_list(env, "WEBHOOK_RETRY_SCHEDULE_SECONDS", default.retry_schedule),

@@ -2,7 +2,7 @@
 -- "Managing subscriptions"): event-type filters and an audit of every change.
 
 -- The event types a subscription wants; NULL: every type. The fan-out
--- (billing/webhook_events.sql) writes nothing for a type not listed, so a
+-- (events/outbox.sql) writes nothing for a type not listed, so a
 -- filter change applies to the events fanned out after it commits.
 ALTER TABLE webhook_subscriptions ADD COLUMN IF NOT EXISTS event_types text[];
 ALTER TABLE webhook_subscriptions ADD CONSTRAINT webhook_subscriptions_event_types_not_empty

@@ -107,8 +107,8 @@ CREATE TRIGGER invoices_amount_against_credit
     EXECUTE FUNCTION billing_settle_against_credit();
 
 -- The webhook event of a settlement made by a change of amount, in the
--- transaction of the change: the outbox rows of billing/webhook_events.sql
--- (fan_out), with the event id billing/webhook_events.py derives.
+-- transaction of the change: the outbox rows of events/outbox.sql
+-- (fan_out), with the event id events/types.py derives.
 CREATE OR REPLACE FUNCTION billing_queue_event(event_type text, invoice_id text, tenant text, payload jsonb)
 RETURNS void
 LANGUAGE sql AS $$
@@ -183,5 +183,5 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
      WHERE a.tenant_id = tenant
 $$;
 
--- The outbox is sent in event sequence order (billing/webhook_events.sql, lock_unsent).
+-- The outbox is sent in event sequence order (events/outbox.sql, lock_unsent).
 CREATE INDEX IF NOT EXISTS webhook_outbox_unsent_by_sequence ON webhook_outbox (event_sequence) WHERE sent_at IS NULL;
