@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import psutil
@@ -358,15 +360,17 @@ def test_store_all_runs_the_same_workload_on_every_store(all_run: SimulateRun) -
     assert not processes_under(all_run.tmp), "simulate left processes running"
 
 
-@contextmanager
-def environment_kept() -> Iterator[None]:
-    """This process's environment as it was, whatever the block changed in it."""
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+def _simulate(config: SimulationConfig) -> dict[str, Any]:
+    return simulate.run(config).data
+
+
+def simulated_apart(config: SimulationConfig) -> dict[str, Any]:
+    """``simulate.run(config)``'s report, run in a process of its own: the run
+    starts an in-process moto server and sets dummy AWS credentials, and moto's
+    state is global to a process, so in this one it would wipe the session's
+    moto (its verified SES sender) under the tests that share this worker."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_simulate, (config,))
 
 
 def test_two_runs_on_one_database_server_and_store_never_meet(
@@ -380,9 +384,8 @@ def test_two_runs_on_one_database_server_and_store_never_meet(
 
     run_ids = []
     for seed in (3, 3):  # the same seed twice: the same ticks, events and payments
-        with environment_kept():  # simulate.run puts dummy AWS credentials in this process's environment
-            report = simulate.run(SimulationConfig(database=postgres_url, store=redis_url, events=10,
-                                                   crash_rate=0, seed=seed, log_dir=tmp_path / f"logs-{seed}")).data
+        report = simulated_apart(SimulationConfig(database=postgres_url, store=redis_url, events=10,
+                                                  crash_rate=0, seed=seed, log_dir=tmp_path / f"logs-{seed}"))
         assert report["ok"], [i for i in report["invariants"] if not i["ok"]]
         assert report["config"]["database"] == "external" and report["config"]["store"] == "redis"
         assert all(t["statuses"].get("ran") == 1 for t in report["cron"]["ticks"])  # not skipped as done

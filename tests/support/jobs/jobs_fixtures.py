@@ -44,8 +44,11 @@ def pg_store(postgres_url: str) -> Iterator[onceonly.Store]:
     store.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ses_sender(moto_endpoint: str) -> str:
+    """The verified SES sender, verified again for every test: a unit test's
+    mock_aws() resets moto's state, which the session's in-process moto server
+    shares, and would take a once-verified sender with it."""
     aws_client("ses", moto_endpoint).verify_email_identity(EmailAddress=SES_SENDER)
     return SES_SENDER
 
