@@ -178,7 +178,9 @@ def unique() -> str:
 # too: `sam build` keeps its cached dependencies in the repo's .aws-sam/deps
 # (samconfig.toml: cached = true), and building the library's wheel writes
 # build/ in the source tree, so two at once clobber each other's.
-XDIST_GROUPS = {"processes": "processes", "sam_build": "sam-build"}
+# Tests marked `timing` (real-time bounds) join the processes' worker, so
+# that they never run beside one of those runs.
+XDIST_GROUPS = {"processes": "processes", "timing": "processes", "sam_build": "sam-build"}
 
 
 # tryfirst: xdist's own hook reads the groups to name the items, so they must be set before it runs.

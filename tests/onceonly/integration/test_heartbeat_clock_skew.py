@@ -16,6 +16,8 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+import pytest
+
 import onceonly
 from onceonly.dynamodb import DynamoDBStore
 from onceonly.scheduled import scheduled_time_of, tick_lock_name
@@ -23,6 +25,10 @@ from onceonly.stores.dynamodb.options import DEFAULT_CLOCK_SKEW
 from tests.support.servers.faultproxy import FaultProxy
 from tests.support.servers.proxied import target_port, through
 from tests.support.stores.faulty_renewals import DEAD, FaultyRenewals
+
+# A heartbeat must tell its body within a few tens of ms: never beside an
+# eight-process race, whose load alone delays a thread by more.
+pytestmark = pytest.mark.timing
 
 TTL = 6.0  # the holder's default heartbeat (2 s) fits under half of TTL - skew
 STORE_TIMEOUT = 2.0

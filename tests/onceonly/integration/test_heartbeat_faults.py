@@ -34,6 +34,10 @@ from tests.support.servers.faultproxy import FaultProxy
 from tests.support.servers.proxied import target_port, through
 from tests.support.stores.faulty_renewals import DEAD, FAIL, Fault, FaultyRenewals, Hang, LateReply, Slow
 
+# A heartbeat must tell its body within a few tens of ms: never beside an
+# eight-process race, whose load alone delays a thread by more.
+pytestmark = pytest.mark.timing
+
 SCALE = 0.1
 TTL = 30 * SCALE
 STORE_TIMEOUT = 10 * SCALE
